@@ -1,0 +1,133 @@
+-- hwt: a hashed-wheel timer. The C core (hwt.core) does the timing; this file
+-- adds the helpers that read better in Lua: timer:sleep() and hwt.retry().
+local core = require("hwt.core")
+
+local hwt = {}
+for name, value in pairs(core) do hwt[name] = value end
+
+local Timer = core.Timer
+local unpack = table.unpack or unpack
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end
+
+-- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
+-- timer resumes it. Returns true, or nil and a message when the timer refuses
+-- (max_pending). Resuming the coroutine by hand ends the sleep early.
+local function wake_sleeper(_, co)
+  if coroutine.status(co) ~= "suspended" then return end
+  local ok, err = coroutine.resume(co, true)
+  if not ok then error(err, 0) end
+end
+
+function Timer:sleep(seconds)
+  local co, is_main = coroutine.running()
+  if co == nil or is_main then
+    error("sleep() must be called from inside a coroutine", 2)
+  end
+  local t, err = self:timeout(seconds, wake_sleeper, co)
+  if not t then return nil, err end
+  local woken = coroutine.yield()
+  t:cancel()                  -- in case the coroutine was resumed by hand
+  return woken == true
+end
+
+-- hwt.retry(timer, fn, opts): calls fn(attempt) now; on failure (an error, or
+-- a nil/false first result) calls it again after a growing delay.
+local retry_defaults = {
+  retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0,
+}
+
+local function check_retry_options(opts)
+  local o = {}
+  for key, value in pairs(opts) do
+    if retry_defaults[key] ~= nil then
+      if type(value) ~= "number" or value ~= value then
+        error(("bad option '%s' to 'retry' (number expected, got %s)"):format(key, type(value)), 3)
+      end
+      o[key] = value
+    elseif key == "on_give_up" or key == "on_success" or key == "random" then
+      if type(value) ~= "function" then
+        error(("bad option '%s' to 'retry' (function expected, got %s)"):format(key, type(value)), 3)
+      end
+      o[key] = value
+    else
+      error(("bad argument #3 to 'retry' (unknown option '%s')"):format(tostring(key)), 3)
+    end
+  end
+  for key, value in pairs(retry_defaults) do
+    if o[key] == nil then o[key] = value end
+  end
+  local function check(ok, message)
+    if not ok then error("bad option to 'retry' (" .. message .. ")", 4) end
+  end
+  check(o.retries >= 0 and o.retries % 1 == 0, "retries must be an integer >= 0")
+  check(o.delay >= 0, "delay must be >= 0")
+  check(o.backoff >= 1, "backoff must be >= 1")
+  check(o.max_delay >= 0, "max_delay must be >= 0")
+  check(o.jitter >= 0 and o.jitter <= 1, "jitter must be between 0 and 1")
+  o.random = o.random or math.random
+  return o
+end
+
+local function retry_wait(o, retry_number)
+  local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
+  if o.jitter > 0 then
+    wait = wait * (1 + o.jitter * (2 * o.random() - 1))
+  end
+  return wait
+end
+
+local RetryHandle = {}
+RetryHandle.__index = RetryHandle
+
+-- Stops further tries; true if a try was still to come.
+function RetryHandle:cancel()
+  if self.done then return false end
+  self.done = true
+  if self.pending then self.pending:cancel() end
+  self.pending = nil
+  return true
+end
+
+function hwt.retry(timer, fn, opts)
+  local mt = getmetatable(timer)
+  if type(timer) ~= "userdata" or type(mt) ~= "table" or mt.__name ~= "hwt.Timer" then
+    error("bad argument #1 to 'retry' (hwt.Timer expected)", 2)
+  end
+  if type(fn) ~= "function" then
+    error("bad argument #2 to 'retry' (function expected, got " .. type(fn) .. ")", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #3 to 'retry' (table expected, got " .. type(opts) .. ")", 2)
+  end
+  local o = check_retry_options(opts or {})
+  local handle = setmetatable({ attempts = 0, done = false }, RetryHandle)
+
+  local function give_up(err)
+    handle.done = true
+    if o.on_give_up then o.on_give_up(err) end
+  end
+
+  local attempt
+  local function try_again() handle.pending = nil; attempt() end
+
+  function attempt()
+    if handle.done then return end
+    handle.attempts = handle.attempts + 1
+    local results = pack(pcall(fn, handle.attempts))
+    if results[1] and results[2] then
+      handle.done = true
+      if o.on_success then o.on_success(unpack(results, 2, results.n)) end
+      return
+    end
+    local err = results[1] and results[3] or results[2]
+    if handle.attempts > o.retries then return give_up(err) end
+    local t, refusal = timer:timeout(retry_wait(o, handle.attempts), try_again)
+    if not t then return give_up(refusal) end
+    handle.pending = t
+  end
+
+  attempt()
+  return handle
+end
+
+return hwt

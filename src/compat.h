@@ -1,0 +1,59 @@
+/*
+ * compat.h — the few Lua C API differences hwt meets, 5.1 to 5.4 and LuaJIT.
+ * Everything version-specific lives here; lhwt.c is written against 5.4.
+ */
+#ifndef HWT_COMPAT_H
+#define HWT_COMPAT_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#if LUA_VERSION_NUM >= 504
+
+#define compat_newuserdata(L, size, nuv) lua_newuserdatauv(L, size, nuv)
+#define compat_getuservalue(L, idx, n) ((void)lua_getiuservalue(L, idx, n))
+#define compat_setuservalue(L, idx, n) ((void)lua_setiuservalue(L, idx, n))
+
+#else  /* one table of user values, kept as the single uservalue/environment */
+
+#if LUA_VERSION_NUM == 501
+#define compat_setuvtable(L, idx) lua_setfenv(L, idx)
+#define compat_getuvtable(L, idx) lua_getfenv(L, idx)
+#define lua_absindex(L, idx) \
+  ((idx) > 0 || (idx) <= LUA_REGISTRYINDEX ? (idx) : lua_gettop(L) + (idx) + 1)
+#define lua_rawlen(L, idx) lua_objlen(L, idx)
+#define luaL_setfuncs(L, reg, nup) luaL_register(L, NULL, reg)
+#define luaL_newlib(L, reg) (lua_newtable(L), luaL_register(L, NULL, reg))
+#else
+#define compat_setuvtable(L, idx) lua_setuservalue(L, idx)
+#define compat_getuvtable(L, idx) lua_getuservalue(L, idx)
+#endif
+
+static inline void *compat_newuserdata(lua_State *L, size_t size, int nuv) {
+  void *p = lua_newuserdata(L, size);
+  lua_createtable(L, nuv, 0);
+  compat_setuvtable(L, -2);
+  return p;
+}
+
+static inline void compat_getuservalue(lua_State *L, int idx, int n) {
+  compat_getuvtable(L, idx);
+  lua_rawgeti(L, -1, n);
+  lua_remove(L, -2);
+}
+
+static inline void compat_setuservalue(lua_State *L, int idx, int n) {
+  idx = lua_absindex(L, idx);
+  compat_getuvtable(L, idx);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, n);
+  lua_pop(L, 1);
+}
+
+#endif
+
+#if LUA_VERSION_NUM < 503
+#define LUA_MAXINTEGER PTRDIFF_MAX
+#endif
+
+#endif

@@ -1,0 +1,577 @@
+/*
+ * engine.c — see engine.h. Everything that touches the wheel, a due list or
+ * a timeout's state does so under eng->lock; the `_locked` suffix marks the
+ * functions that expect it held.
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/eventfd.h>
+#endif
+
+#define NS_PER_SEC UINT64_C(1000000000)
+
+struct engine {
+  pthread_mutex_t lock;
+  pthread_cond_t worker_cond;
+  pthread_t worker;
+  bool worker_started;
+  bool stopping;
+  bool manual_clock;
+  uint64_t tick_ns;
+  uint64_t epoch_ns;            /* CLOCK_MONOTONIC at creation */
+  uint64_t manual_now_ns;
+  uint64_t next_seq;
+  uint64_t worker_wake_ns;      /* when the worker means to wake next */
+  uint64_t worker_wakeups;
+  unsigned refs;
+  struct engine *fork_next, *fork_prev;      /* all engines, for fork() */
+  wheel wheel;
+};
+
+/* ---- clock ---------------------------------------------------------- */
+
+uint64_t engine_monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t engine_now(engine *eng) {
+  return eng->manual_clock ? eng->manual_now_ns
+                           : engine_monotonic_ns() - eng->epoch_ns;
+}
+
+static uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static struct timespec monotonic_timespec(engine *eng, uint64_t at_ns) {
+  uint64_t abs_ns = saturating_add(eng->epoch_ns, at_ns);
+  return (struct timespec){.tv_sec = (time_t)(abs_ns / NS_PER_SEC),
+                           .tv_nsec = (long)(abs_ns % NS_PER_SEC)};
+}
+
+static int init_monotonic_cond(pthread_cond_t *cond) {
+  pthread_condattr_t attr;
+  if (pthread_condattr_init(&attr)) return -1;
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  int failed = pthread_cond_init(cond, &attr);
+  pthread_condattr_destroy(&attr);
+  return failed ? -1 : 0;
+}
+
+/* ---- fork(): the child gets the data but not the worker ---------------- */
+
+static pthread_mutex_t all_engines_lock = PTHREAD_MUTEX_INITIALIZER;
+static engine *all_engines;
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) {
+  pthread_mutex_lock(&all_engines_lock);
+  for (engine *e = all_engines; e; e = e->fork_next) pthread_mutex_lock(&e->lock);
+}
+
+static void after_fork_in_parent(void) {
+  for (engine *e = all_engines; e; e = e->fork_next) pthread_mutex_unlock(&e->lock);
+  pthread_mutex_unlock(&all_engines_lock);
+}
+
+/* The worker does not exist in the child: forget it (its next timeout starts
+ * a new one) and give the child fresh synchronisation objects. */
+static void after_fork_in_child(void) {
+  for (engine *e = all_engines; e; e = e->fork_next) {
+    e->worker_started = false;
+    e->worker_wake_ns = ENGINE_NEVER;
+    pthread_mutex_init(&e->lock, NULL);
+    init_monotonic_cond(&e->worker_cond);
+  }
+  pthread_mutex_init(&all_engines_lock, NULL);
+}
+
+static void install_fork_handlers(void) {
+  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+}
+
+static void register_engine(engine *eng) {
+  pthread_once(&fork_handlers_once, install_fork_handlers);
+  pthread_mutex_lock(&all_engines_lock);
+  eng->fork_next = all_engines;
+  if (all_engines) all_engines->fork_prev = eng;
+  all_engines = eng;
+  pthread_mutex_unlock(&all_engines_lock);
+}
+
+static void unregister_engine(engine *eng) {
+  pthread_mutex_lock(&all_engines_lock);
+  if (eng->fork_prev) eng->fork_prev->fork_next = eng->fork_next;
+  else all_engines = eng->fork_next;
+  if (eng->fork_next) eng->fork_next->fork_prev = eng->fork_prev;
+  pthread_mutex_unlock(&all_engines_lock);
+}
+
+/* ---- engine ------------------------------------------------------------ */
+
+engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
+  engine *eng = calloc(1, sizeof *eng);
+  if (!eng) return NULL;
+  if (wheel_init(&eng->wheel, wheel_size)) goto no_wheel;
+  if (pthread_mutex_init(&eng->lock, NULL)) goto no_lock;
+  if (init_monotonic_cond(&eng->worker_cond)) goto no_cond;
+  eng->tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
+  eng->manual_clock = manual_clock;
+  eng->epoch_ns = manual_clock ? 0 : engine_monotonic_ns();
+  eng->worker_wake_ns = ENGINE_NEVER;
+  eng->refs = 1;
+  register_engine(eng);
+  return eng;
+no_cond:
+  pthread_mutex_destroy(&eng->lock);
+no_lock:
+  wheel_free(&eng->wheel);
+no_wheel:
+  free(eng);
+  return NULL;
+}
+
+static void stop_worker(engine *eng) {
+  pthread_mutex_lock(&eng->lock);
+  bool joinable = eng->worker_started;
+  eng->stopping = true;
+  pthread_cond_signal(&eng->worker_cond);
+  pthread_mutex_unlock(&eng->lock);
+  if (joinable) pthread_join(eng->worker, NULL);
+}
+
+void engine_release(engine *eng) {
+  pthread_mutex_lock(&eng->lock);
+  bool last = --eng->refs == 0;
+  pthread_mutex_unlock(&eng->lock);
+  if (!last) return;
+  stop_worker(eng);
+  unregister_engine(eng);
+  pthread_cond_destroy(&eng->worker_cond);
+  pthread_mutex_destroy(&eng->lock);
+  wheel_free(&eng->wheel);
+  free(eng);
+}
+
+uint64_t engine_tick_ns(const engine *eng) { return eng->tick_ns; }
+uint32_t engine_wheel_size(const engine *eng) { return eng->wheel.size; }
+bool engine_is_manual(const engine *eng) { return eng->manual_clock; }
+
+/* ---- due lists ------------------------------------------------------- */
+
+static bool runs_before(const timeout *a, const timeout *b) {
+  return a->deadline_ns != b->deadline_ns ? a->deadline_ns < b->deadline_ns
+                                          : a->seq < b->seq;
+}
+
+/* Bottom-up merge sort of a list by (deadline, seq): O(n log n), stable. */
+static void sort_by_deadline(wheel_list *list) {
+  wheel_node *head = list->head;
+  if (!head) return;
+  for (size_t run = 1;; run *= 2) {
+    wheel_node *rest = head, *merged_head = NULL, *merged_tail = NULL;
+    size_t merges = 0;
+    while (rest) {
+      wheel_node *left = rest, *right = rest;
+      size_t left_len = 0, right_len = run;
+      while (left_len < run && right) { right = right->next; left_len++; }
+      merges++;
+      while (left_len > 0 || (right_len > 0 && right)) {
+        wheel_node *take;
+        if (left_len == 0) { take = right; right = right->next; right_len--; }
+        else if (right_len == 0 || !right ||
+                 !runs_before(timeout_of(right), timeout_of(left))) {
+          take = left; left = left->next; left_len--;
+        } else { take = right; right = right->next; right_len--; }
+        take->prev = merged_tail;
+        if (merged_tail) merged_tail->next = take; else merged_head = take;
+        merged_tail = take;
+      }
+      rest = right;
+    }
+    merged_tail->next = NULL;
+    head = merged_head;
+    list->head = merged_head;
+    list->tail = merged_tail;
+    if (merges <= 1) return;
+  }
+}
+
+static void signal_due_locked(timer_queue *q) {
+  if (!q->wake_fd_readable) {
+    static const uint64_t one = 1;
+    ssize_t written = write(q->wake_write_fd, &one, sizeof one);
+    (void)written;             /* EAGAIN: already readable, which is the aim */
+    q->wake_fd_readable = true;
+  }
+  pthread_cond_broadcast(&q->due_cond);
+}
+
+static void clear_due_signal_locked(timer_queue *q) {
+  if (q->wake_fd_readable) {
+    uint64_t drained;
+    while (read(q->wake_read_fd, &drained, sizeof drained) > 0) {}
+    q->wake_fd_readable = false;
+  }
+}
+
+/* Due lists stay sorted; new entries almost always belong at the tail. */
+static void make_due_locked(timeout *t) {
+  timer_queue *q = t->owner;
+  wheel_node *pos = q->due.tail;
+  while (pos && runs_before(t, timeout_of(pos))) pos = pos->prev;
+  wheel_list_insert_after(&q->due, pos, &t->link);
+  t->state = TIMEOUT_DUE;
+  if (q->stats.due++ == 0) signal_due_locked(q);
+}
+
+static void unlink_due_locked(timeout *t) {
+  timer_queue *q = t->owner;
+  wheel_list_remove(&q->due, &t->link);
+  if (--q->stats.due == 0) clear_due_signal_locked(q);
+}
+
+/* ---- wheel ----------------------------------------------------------- */
+
+static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
+  return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
+}
+
+static void arm_locked(engine *eng, timeout *t) {
+  t->state = TIMEOUT_PENDING;
+  if (t->deadline_ns == ENGINE_NEVER) return;
+  uint64_t tick = deadline_tick(eng, t->deadline_ns);
+  if (!wheel_insert(&eng->wheel, &t->link, tick)) {
+    make_due_locked(t);
+    return;
+  }
+  uint64_t fires_at_ns = tick * eng->tick_ns;
+  if (fires_at_ns < eng->worker_wake_ns) {
+    eng->worker_wake_ns = fires_at_ns;
+    pthread_cond_signal(&eng->worker_cond);
+  }
+}
+
+static void disarm_locked(engine *eng, timeout *t) {
+  if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
+  else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
+    wheel_remove(&eng->wheel, &t->link);
+}
+
+/* Moves every timeout due by now_ns to its queue's due list. */
+static void collect_locked(engine *eng, uint64_t now_ns) {
+  uint64_t now_tick = now_ns / eng->tick_ns;
+  if (now_tick <= eng->wheel.now_tick) return;
+  wheel_list batch = {0};
+  wheel_advance(&eng->wheel, now_tick, &batch);
+  sort_by_deadline(&batch);
+  wheel_node *n;
+  while ((n = wheel_list_pop_front(&batch))) make_due_locked(timeout_of(n));
+}
+
+/* ---- worker ---------------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+  engine *eng = arg;
+  pthread_mutex_lock(&eng->lock);
+  while (!eng->stopping) {
+    collect_locked(eng, engine_now(eng));
+    uint64_t next_tick;
+    if (wheel_next_event(&eng->wheel, &next_tick)) {
+      eng->worker_wake_ns = next_tick * eng->tick_ns;
+      struct timespec until = monotonic_timespec(eng, eng->worker_wake_ns);
+      pthread_cond_timedwait(&eng->worker_cond, &eng->lock, &until);
+    } else {
+      eng->worker_wake_ns = ENGINE_NEVER;
+      pthread_cond_wait(&eng->worker_cond, &eng->lock);
+    }
+    eng->worker_wakeups++;
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return NULL;
+}
+
+static int ensure_worker_locked(engine *eng) {
+  if (eng->manual_clock || eng->worker_started) return TQ_OK;
+  if (pthread_create(&eng->worker, NULL, worker_main, eng)) return TQ_NO_THREAD;
+  eng->worker_started = true;
+  return TQ_OK;
+}
+
+void engine_advance_manual(engine *eng, uint64_t delta_ns) {
+  pthread_mutex_lock(&eng->lock);
+  eng->manual_now_ns = saturating_add(eng->manual_now_ns, delta_ns);
+  if (eng->manual_now_ns > ENGINE_MAX_DELAY_NS) eng->manual_now_ns = ENGINE_MAX_DELAY_NS;
+  collect_locked(eng, eng->manual_now_ns);
+  pthread_mutex_unlock(&eng->lock);
+}
+
+/* ---- timer queues ------------------------------------------------------ */
+
+static int open_wake_fd(timer_queue *q) {
+#ifdef __linux__
+  q->wake_read_fd = q->wake_write_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return q->wake_read_fd < 0 ? -1 : 0;
+#else
+  int fds[2];
+  if (pipe(fds)) return -1;
+  for (int i = 0; i < 2; i++) {
+    fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+    fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+  }
+  q->wake_read_fd = fds[0];
+  q->wake_write_fd = fds[1];
+  return 0;
+#endif
+}
+
+static void close_wake_fd(timer_queue *q) {
+  if (q->wake_write_fd != q->wake_read_fd) close(q->wake_write_fd);
+  close(q->wake_read_fd);
+}
+
+int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
+  *q = (timer_queue){.max_pending = max_pending};
+  if (open_wake_fd(q)) return TQ_NO_MEMORY;
+  if (init_monotonic_cond(&q->due_cond)) {
+    close_wake_fd(q);
+    return TQ_NO_MEMORY;
+  }
+  pthread_mutex_lock(&eng->lock);
+  eng->refs++;
+  pthread_mutex_unlock(&eng->lock);
+  q->eng = eng;
+  return TQ_OK;
+}
+
+void tq_destroy(timer_queue *q) {
+  wheel_list ended = {0};
+  tq_stop(q, &ended);
+  pthread_cond_destroy(&q->due_cond);
+  close_wake_fd(q);
+}
+
+static void link_live(timer_queue *q, timeout *t) {
+  t->live_prev = NULL;
+  t->live_next = q->live;
+  if (q->live) q->live->live_prev = t;
+  q->live = t;
+  q->stats.pending++;
+}
+
+static void unlink_live(timer_queue *q, timeout *t) {
+  if (t->live_prev) t->live_prev->live_next = t->live_next;
+  else q->live = t->live_next;
+  if (t->live_next) t->live_next->live_prev = t->live_prev;
+  q->stats.pending--;
+}
+
+static uint64_t deadline_after(uint64_t now_ns, uint64_t delay_ns) {
+  if (delay_ns == ENGINE_NEVER) return ENGINE_NEVER;
+  if (delay_ns > ENGINE_MAX_DELAY_NS) delay_ns = ENGINE_MAX_DELAY_NS;
+  return now_ns + delay_ns;
+}
+
+int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns) {
+  if (q->stopped) return TQ_STOPPED;
+  engine *eng = q->eng;
+  uint64_t now_ns = engine_now(eng);
+  pthread_mutex_lock(&eng->lock);
+  int result = TQ_OK;
+  if (q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
+  else result = ensure_worker_locked(eng);
+  if (result == TQ_OK) {
+    t->owner = q;
+    t->deadline_ns = deadline_after(now_ns, delay_ns);
+    t->interval_ns = interval_ns;
+    t->seq = eng->next_seq++;
+    t->has_run = false;
+    link_live(q, t);
+    arm_locked(eng, t);
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return result;
+}
+
+bool tq_cancel(timeout *t) {
+  timer_queue *q = t->owner;
+  if (q->stopped) return false;               /* stop() ended every timeout */
+  engine *eng = q->eng;
+  pthread_mutex_lock(&eng->lock);
+  bool cancellable = t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE ||
+                     (t->state == TIMEOUT_RUNNING && t->interval_ns);
+  if (cancellable) {
+    disarm_locked(eng, t);
+    unlink_live(q, t);
+    t->state = TIMEOUT_CANCELLED;
+    q->stats.cancelled++;
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return cancellable;
+}
+
+uint64_t tq_poll_begin(timer_queue *q) {
+  if (q->stopped) return 0;
+  engine *eng = q->eng;
+  uint64_t now_ns = engine_now(eng);
+  pthread_mutex_lock(&eng->lock);
+  collect_locked(eng, now_ns);
+  uint64_t seq_limit = eng->next_seq;
+  pthread_mutex_unlock(&eng->lock);
+  return seq_limit;
+}
+
+timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
+  if (q->stopped) return NULL;
+  engine *eng = q->eng;
+  pthread_mutex_lock(&eng->lock);
+  timeout *t = q->due.head ? timeout_of(q->due.head) : NULL;
+  if (t && t->seq < seq_limit) {
+    unlink_due_locked(t);
+    t->state = TIMEOUT_RUNNING;
+    t->has_run = true;
+    q->stats.fired++;
+    uint64_t now_ns = engine_now(eng);
+    uint64_t late_ns = now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0;
+    if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
+    if (!t->interval_ns) unlink_live(q, t);
+  } else {
+    t = NULL;
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return t;
+}
+
+/* Fixed rate on the grid deadline + k * interval, skipping missed beats:
+ * the first grid point at or after now (and after the last deadline). */
+static uint64_t next_beat(uint64_t last_deadline_ns, uint64_t interval_ns, uint64_t now_ns) {
+  uint64_t beats = 1;
+  if (now_ns > last_deadline_ns) {
+    uint64_t behind = now_ns - last_deadline_ns;
+    beats = behind / interval_ns + (behind % interval_ns != 0);
+    if (beats == 0) beats = 1;
+  }
+  if (beats > (ENGINE_MAX_DELAY_NS - 1) / interval_ns) return ENGINE_NEVER;
+  return deadline_after(last_deadline_ns, beats * interval_ns);
+}
+
+bool tq_finish(timeout *t) {
+  timer_queue *q = t->owner;
+  if (q->stopped) {                   /* stop() ran inside the task */
+    if (t->state == TIMEOUT_RUNNING) t->state = TIMEOUT_DONE;
+    return false;
+  }
+  engine *eng = q->eng;
+  uint64_t now_ns = engine_now(eng);
+  pthread_mutex_lock(&eng->lock);
+  bool rearmed = t->state == TIMEOUT_RUNNING && t->interval_ns;
+  if (rearmed) {
+    t->deadline_ns = next_beat(t->deadline_ns, t->interval_ns, now_ns);
+    t->seq = eng->next_seq++;
+    arm_locked(eng, t);
+  } else if (t->state == TIMEOUT_RUNNING) {
+    t->state = TIMEOUT_DONE;
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return rearmed;
+}
+
+void tq_stop(timer_queue *q, wheel_list *ended) {
+  if (q->stopped) return;
+  engine *eng = q->eng;
+  pthread_mutex_lock(&eng->lock);
+  for (timeout *t = q->live, *next; t; t = next) {
+    next = t->live_next;
+    disarm_locked(eng, t);
+    if (t->has_run) {
+      t->state = TIMEOUT_DONE;
+    } else {
+      t->state = TIMEOUT_CANCELLED;
+      q->stats.cancelled++;
+    }
+    wheel_list_push_back(ended, &t->link);
+  }
+  q->live = NULL;
+  q->stats.pending = 0;
+  q->stats.ticks = eng->wheel.now_tick;
+  q->stopped = true;
+  q->eng = NULL;
+  pthread_cond_broadcast(&q->due_cond);
+  pthread_mutex_unlock(&eng->lock);
+  sort_by_deadline(ended);
+  engine_release(eng);
+}
+
+bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
+  if (q->stopped) return false;
+  engine *eng = q->eng;
+  pthread_mutex_lock(&eng->lock);
+  uint64_t now_ns = engine_now(eng);
+  uint64_t give_up_ns = saturating_add(now_ns, timeout_ns);
+  for (;;) {
+    if (!eng->manual_clock) collect_locked(eng, now_ns);
+    if (q->due.head || q->stopped || eng->manual_clock) break;
+    if (timeout_ns == ENGINE_NEVER && q->stats.pending == 0) break;
+    if (now_ns >= give_up_ns) break;
+    uint64_t wake_ns = give_up_ns, next_tick;
+    if (wheel_next_event(&eng->wheel, &next_tick) && next_tick * eng->tick_ns < wake_ns)
+      wake_ns = next_tick * eng->tick_ns;
+    struct timespec until = monotonic_timespec(eng, wake_ns);
+    pthread_cond_timedwait(&q->due_cond, &eng->lock, &until);
+    now_ns = engine_now(eng);
+  }
+  bool due = q->due.head != NULL;
+  pthread_mutex_unlock(&eng->lock);
+  return due;
+}
+
+int tq_fd(const timer_queue *q) { return q->wake_read_fd; }
+
+void tq_get_stats(timer_queue *q, tq_stats *out) {
+  if (q->stopped) {
+    *out = q->stats;
+    return;
+  }
+  engine *eng = q->eng;
+  uint64_t now_ns = engine_now(eng);
+  pthread_mutex_lock(&eng->lock);
+  collect_locked(eng, now_ns);
+  q->stats.ticks = eng->wheel.now_tick;
+  q->stats.worker_wakeups = eng->worker_wakeups;
+  *out = q->stats;
+  pthread_mutex_unlock(&eng->lock);
+}
+
+uint64_t tq_pending(timer_queue *q) {
+  if (q->stopped) return 0;
+  pthread_mutex_lock(&q->eng->lock);
+  uint64_t pending = q->stats.pending;
+  pthread_mutex_unlock(&q->eng->lock);
+  return pending;
+}
+
+int timeout_state(timeout *t) {
+  timer_queue *q = t->owner;
+  if (q->stopped) return t->state;
+  pthread_mutex_lock(&q->eng->lock);
+  int state = t->state;
+  pthread_mutex_unlock(&q->eng->lock);
+  return state;
+}
+
+uint64_t timeout_remaining(timeout *t) {
+  timer_queue *q = t->owner;
+  if (timeout_state(t) != TIMEOUT_PENDING) return 0;
+  if (t->deadline_ns == ENGINE_NEVER) return ENGINE_NEVER;
+  uint64_t now_ns = engine_now(q->eng);
+  return t->deadline_ns > now_ns ? t->deadline_ns - now_ns : 0;
+}

@@ -1,0 +1,133 @@
+/*
+ * engine.h — the clock, the worker thread and the completion queues.
+ * No Lua here.
+ *
+ * An engine owns one wheel, one mutex and (on the real clock) one worker
+ * thread, started lazily by the first timeout. A timer_queue is one timer's
+ * view of an engine: its due timeouts in (deadline, seq) order, its counters,
+ * its wake-ups (condition variable and fd). Several queues may share one
+ * engine; each timeout belongs to exactly one queue.
+ *
+ * Ownership: the engine never allocates or frees a `timeout`. The caller
+ * owns its memory and must keep it alive while it is pending, due or running
+ * (tq_schedule .. the moment tq_cancel returns true, tq_finish returns false
+ * or tq_stop hands it back). The engine stops touching a timeout at that
+ * moment.
+ *
+ * Time: nanoseconds since the engine's epoch (CLOCK_MONOTONIC at creation,
+ * or 0 for a manual clock). Deadline ticks are rounded up, so nothing fires
+ * early; delays are clamped to ENGINE_MAX_DELAY_NS; ENGINE_NEVER means never.
+ *
+ * Threads: every tq_* call may come from any thread; the mutex is held only
+ * for list work, never while sleeping or while a task runs.
+ */
+#ifndef HWT_ENGINE_H
+#define HWT_ENGINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "wheel.h"
+
+#define ENGINE_NEVER UINT64_MAX
+#define ENGINE_MAX_DELAY_NS (UINT64_C(1) << 62)    /* ~146 years */
+#define ENGINE_TICK_MIN_NS UINT64_C(1000)
+
+typedef struct engine engine;
+typedef struct timer_queue timer_queue;
+
+enum timeout_state {
+  TIMEOUT_PENDING = 1,   /* in the wheel (or waiting for ever) */
+  TIMEOUT_DUE,           /* in its queue's due list, waiting for a poll */
+  TIMEOUT_RUNNING,       /* handed to the caller by tq_pop_due */
+  TIMEOUT_DONE,          /* ran (a periodic one: its series ended) */
+  TIMEOUT_CANCELLED
+};
+
+typedef struct timeout {
+  wheel_node link;                        /* wheel slot, or owner's due list */
+  struct timeout *live_next, *live_prev;  /* owner's pending timeouts */
+  timer_queue *owner;
+  uint64_t deadline_ns;                   /* ENGINE_NEVER: never fires */
+  uint64_t seq;                           /* ties between equal deadlines */
+  uint64_t interval_ns;                   /* 0 for a one-shot */
+  uint8_t state;                          /* enum timeout_state */
+  bool has_run;
+} timeout;
+
+typedef struct tq_stats {
+  uint64_t pending, due, fired, cancelled;
+  uint64_t ticks;                         /* ticks the wheel has passed */
+  uint64_t late_max_ns;                   /* largest start - deadline */
+  uint64_t worker_wakeups;                /* of the engine's worker */
+} tq_stats;
+
+/* Fields are private to engine.c; the struct is public so that a caller can
+ * embed it (the Lua binding keeps it inside the Timer userdata). */
+struct timer_queue {
+  engine *eng;                            /* NULL once stopped */
+  wheel_list due;
+  timeout *live;
+  pthread_cond_t due_cond;
+  int wake_read_fd, wake_write_fd;        /* one eventfd, or a pipe */
+  bool wake_fd_readable;
+  bool stopped;
+  uint64_t max_pending;                   /* 0: unlimited */
+  tq_stats stats;
+};
+
+enum tq_result { TQ_OK = 0, TQ_STOPPED, TQ_FULL, TQ_NO_THREAD, TQ_NO_MEMORY };
+
+/* NULL when memory is short. The creator holds one reference. */
+engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock);
+void engine_release(engine *eng);         /* the last one joins the worker */
+uint64_t engine_now(engine *eng);
+uint64_t engine_tick_ns(const engine *eng);
+uint32_t engine_wheel_size(const engine *eng);
+bool engine_is_manual(const engine *eng);
+/* Manual clock only: moves time forward by delta_ns (saturating). */
+void engine_advance_manual(engine *eng, uint64_t delta_ns);
+/* Nanoseconds of CLOCK_MONOTONIC. */
+uint64_t engine_monotonic_ns(void);
+
+/* Attaches q to eng (taking a reference). Returns TQ_OK or TQ_NO_MEMORY. */
+int tq_init(timer_queue *q, engine *eng, uint64_t max_pending);
+/* Stops q if needed and frees what it holds; q's memory stays the caller's. */
+void tq_destroy(timer_queue *q);
+
+/* delay_ns: ENGINE_NEVER for never; interval_ns: 0 for a one-shot. */
+int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns);
+/* true if this call cancelled t: its task will not start again. */
+bool tq_cancel(timeout *t);
+
+/* A poll: tq_poll_begin brings the wheel up to now and returns the limit to
+ * pass to tq_pop_due, which hands out due timeouts scheduled before the poll
+ * began (so a task's own new timeouts wait for the next poll). The caller
+ * runs the task, then calls tq_finish, which re-arms a periodic timeout and
+ * returns true if t is still pending (the caller must keep it alive). */
+uint64_t tq_poll_begin(timer_queue *q);
+timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit);
+bool tq_finish(timeout *t);
+
+/* Ends q: every pending timeout is unlinked and appended to `ended`, in
+ * (deadline, seq) order: CANCELLED if it never ran, DONE if it is a periodic
+ * one that ran. Later tq_schedule calls return TQ_STOPPED. */
+void tq_stop(timer_queue *q, wheel_list *ended);
+
+/* Blocks until a timeout is due, q stops or timeout_ns pass (ENGINE_NEVER:
+ * no limit; returns false at once if nothing is pending). true if due. */
+bool tq_wait(timer_queue *q, uint64_t timeout_ns);
+int tq_fd(const timer_queue *q);
+void tq_get_stats(timer_queue *q, tq_stats *out);
+uint64_t tq_pending(timer_queue *q);
+
+/* Nanoseconds until t is due: 0 once due, run or cancelled. */
+uint64_t timeout_remaining(timeout *t);
+int timeout_state(timeout *t);
+
+static inline timeout *timeout_of(wheel_node *n) {
+  return (timeout *)(void *)n;            /* link is the first member */
+}
+
+#endif

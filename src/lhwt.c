@@ -1,0 +1,593 @@
+/*
+ * lhwt.c — the Lua binding, module hwt.core. No threads of its own and no
+ * wheel logic: it checks arguments, anchors Lua values and runs tasks.
+ *
+ * Memory: a Timeout userdata embeds the engine's `timeout` node. While the
+ * node is pending, due or running, the userdata is anchored in its timer's
+ * anchor table (luaL_ref), so the garbage collector cannot free memory the
+ * worker may still link; it is unanchored at the moment the engine lets go
+ * (cancel returned true, tq_finish returned false, or stop handed it back).
+ * Timer user values: 1 anchor table, 2 on_error. Timeout user values:
+ * 1 its timer, 2 its task, 3.. the extra arguments.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compat.h"
+#include "engine.h"
+
+#define HWT_VERSION "hwt 0.1.0"
+#define TIMER_MT "hwt.Timer"
+#define TIMEOUT_MT "hwt.Timeout"
+#define TIMER_UV_ANCHORS 1
+#define TIMER_UV_ON_ERROR 2
+#define TIMEOUT_UV_TIMER 1
+#define TIMEOUT_UV_TASK 2
+#define TIMEOUT_UV_ARGS 3
+#define NS_PER_SEC 1e9
+#define DEFAULT_TICK 0.01
+#define DEFAULT_WHEEL_SIZE 512
+#define MAX_TASK_ARGS 250
+
+typedef struct lhwt_timer {
+  timer_queue queue;
+  bool initialized;
+  bool manual_clock;
+  uint64_t tick_ns;
+  uint32_t wheel_size;
+} lhwt_timer;
+
+typedef struct lhwt_timeout {
+  timeout node;                 /* first: engine pointers convert back */
+  int anchor_ref;               /* LUA_NOREF while not anchored */
+  int nargs;
+  bool run_method;              /* task is a TimerTask table: task:run(...) */
+} lhwt_timeout;
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static lhwt_timer *check_timer(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, TIMER_MT);
+}
+
+static lhwt_timeout *check_timeout(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, TIMEOUT_MT);
+}
+
+static double ns_to_seconds(uint64_t ns) {
+  return ns == ENGINE_NEVER ? HUGE_VAL : (double)ns / NS_PER_SEC;
+}
+
+/* Seconds (finite, >= 0) to nanoseconds, rounded to the nearest, clamped. */
+static uint64_t seconds_to_ns(double seconds) {
+  double ns = seconds * NS_PER_SEC + 0.5;
+  return ns >= (double)ENGINE_MAX_DELAY_NS ? ENGINE_MAX_DELAY_NS : (uint64_t)ns;
+}
+
+/* A delay argument: a number >= 0; math.huge means never. */
+static uint64_t check_delay_ns(lua_State *L, int idx, const char *name) {
+  double seconds = luaL_checknumber(L, idx);
+  if (!(seconds >= 0)) {                        /* negative or NaN */
+    lua_pushfstring(L, "%s must be a number >= 0, got %f", name, seconds);
+    luaL_argerror(L, idx, lua_tostring(L, -1));
+  }
+  return isinf(seconds) ? ENGINE_NEVER : seconds_to_ns(seconds);
+}
+
+static bool is_callable(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TFUNCTION) return true;
+  bool callable = luaL_getmetafield(L, idx, "__call") != 0;
+  if (callable) lua_pop(L, 1);
+  return callable;
+}
+
+/* A task is a function, a callable, or a table with a `run` method. Returns
+ * true for the last kind. */
+static bool check_task(lua_State *L, int idx) {
+  if (is_callable(L, idx)) return false;
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    lua_getfield(L, idx, "run");
+    bool has_run = is_callable(L, -1);
+    lua_pop(L, 1);
+    if (has_run) return true;
+  }
+  return luaL_argerror(L, idx,
+      "task must be a function, a callable or a table with a 'run' method");
+}
+
+static void check_running(lua_State *L, lhwt_timer *tm) {
+  if (tm->queue.stopped) luaL_error(L, "timer is stopped");
+}
+
+static void push_anchors(lua_State *L, int timer_idx) {
+  compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
+}
+
+/* Releases the anchor of a timeout; a second call does nothing. */
+static void unanchor(lua_State *L, int anchors_idx, lhwt_timeout *to) {
+  if (to->anchor_ref == LUA_NOREF) return;
+  luaL_unref(L, anchors_idx, to->anchor_ref);
+  to->anchor_ref = LUA_NOREF;
+}
+
+/* ---- running tasks ---------------------------------------------------- */
+
+static int traceback_handler(lua_State *L) {
+  const char *message = lua_tostring(L, 1);
+  if (!message)
+    message = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  luaL_traceback(L, L, message, 1);
+  return 1;
+}
+
+/* The error is at the top; the Timeout at timeout_idx. */
+static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
+  if (lua_isnil(L, on_error_idx)) {
+    fprintf(stderr, "hwt: timer task failed: %s\n", lua_tostring(L, -1));
+    fflush(stderr);
+    return;
+  }
+  lua_pushvalue(L, on_error_idx);
+  lua_insert(L, -2);
+  lua_pushvalue(L, timeout_idx);
+  if (lua_pcall(L, 2, 0, 0) != 0) {
+    const char *message = lua_tostring(L, -1);
+    fprintf(stderr, "hwt: on_error failed: %s\n", message ? message : "(not a string)");
+    fflush(stderr);
+  }
+}
+
+/* Calls task(timeout, ...) or task:run(timeout, ...) under pcall. */
+static void run_task(lua_State *L, int timeout_idx, int on_error_idx) {
+  lhwt_timeout *to = lua_touserdata(L, timeout_idx);
+  int base = lua_gettop(L);
+  luaL_checkstack(L, to->nargs + 4, "too many task arguments");
+  int handler_idx = 0;
+  if (lua_isnil(L, on_error_idx)) {
+    lua_pushcfunction(L, traceback_handler);
+    handler_idx = lua_gettop(L);
+  }
+  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
+  int nargs = 1 + to->nargs;
+  if (to->run_method) {
+    lua_getfield(L, -1, "run");
+    lua_insert(L, -2);                           /* run, task (as self) */
+    nargs++;
+  }
+  lua_pushvalue(L, timeout_idx);
+  for (int i = 0; i < to->nargs; i++)
+    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+  if (lua_pcall(L, nargs, 0, handler_idx) != 0)
+    report_task_error(L, on_error_idx, timeout_idx);
+  lua_settop(L, base);
+}
+
+/* Runs up to `max` due tasks of the timer at index 1. */
+static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
+  if (max <= 0 || tm->queue.stopped) return 0;
+  uint64_t seq_limit = tq_poll_begin(&tm->queue);
+  push_anchors(L, 1);
+  int anchors_idx = lua_gettop(L);
+  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
+  int on_error_idx = lua_gettop(L);
+  lua_Integer ran = 0;
+  timeout *t;
+  while (ran < max && (t = tq_pop_due(&tm->queue, seq_limit))) {
+    lhwt_timeout *to = (lhwt_timeout *)t;
+    lua_rawgeti(L, anchors_idx, to->anchor_ref);
+    int timeout_idx = lua_gettop(L);
+    ran++;
+    run_task(L, timeout_idx, on_error_idx);
+    if (!tq_finish(t)) unanchor(L, anchors_idx, to);
+    lua_settop(L, on_error_idx);
+  }
+  lua_settop(L, anchors_idx - 1);
+  return ran;
+}
+
+/* ---- Timer ------------------------------------------------------------ */
+
+static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
+  lhwt_timer *tm = check_timer(L, 1);
+  bool run_method = check_task(L, 3);
+  check_running(L, tm);
+  int nargs = lua_gettop(L) - 3;
+  luaL_argcheck(L, nargs <= MAX_TASK_ARGS, 3 + MAX_TASK_ARGS, "too many task arguments");
+  lhwt_timeout *to = compat_newuserdata(L, sizeof *to, TIMEOUT_UV_ARGS - 1 + nargs);
+  memset(to, 0, sizeof *to);
+  to->anchor_ref = LUA_NOREF;
+  to->nargs = nargs;
+  to->run_method = run_method;
+  luaL_setmetatable(L, TIMEOUT_MT);
+  int timeout_idx = lua_gettop(L);
+  lua_pushvalue(L, 1);
+  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TIMER);
+  lua_pushvalue(L, 3);
+  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
+  for (int i = 0; i < nargs; i++) {
+    lua_pushvalue(L, 4 + i);
+    compat_setuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+  }
+  push_anchors(L, 1);
+  lua_pushvalue(L, timeout_idx);
+  to->anchor_ref = luaL_ref(L, -2);
+  int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
+  if (result == TQ_OK) {
+    lua_settop(L, timeout_idx);
+    return 1;
+  }
+  unanchor(L, lua_gettop(L), to);
+  lua_pushnil(L);
+  if (result == TQ_FULL)
+    lua_pushfstring(L, "too many pending timeouts (max_pending = %d)",
+                    (int)tm->queue.max_pending);
+  else
+    lua_pushliteral(L, "cannot start the timer's worker thread");
+  return 2;
+}
+
+static int timer_timeout(lua_State *L) {
+  check_timer(L, 1);
+  return schedule(L, check_delay_ns(L, 2, "delay"), 0);
+}
+
+static int timer_every(lua_State *L) {
+  check_timer(L, 1);
+  uint64_t interval_ns = check_delay_ns(L, 2, "interval");
+  luaL_argcheck(L, interval_ns > 0, 2, "interval must be > 0");
+  if (interval_ns == ENGINE_NEVER) return schedule(L, ENGINE_NEVER, ENGINE_MAX_DELAY_NS);
+  return schedule(L, interval_ns, interval_ns);
+}
+
+static int timer_poll(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_Integer max = luaL_optinteger(L, 2, LUA_MAXINTEGER);
+  luaL_argcheck(L, max >= 0, 2, "max must be >= 0");
+  lua_settop(L, 1);
+  lua_pushinteger(L, run_due(L, tm, max));
+  return 1;
+}
+
+static uint64_t opt_wait_ns(lua_State *L, int idx) {
+  return lua_isnoneornil(L, idx) ? ENGINE_NEVER : check_delay_ns(L, idx, "seconds");
+}
+
+static int timer_wait(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_pushboolean(L, tq_wait(&tm->queue, opt_wait_ns(L, 2)));
+  return 1;
+}
+
+static int timer_run(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  if (tm->manual_clock)
+    return luaL_error(L, "run() would never end on a manual clock: use advance()");
+  lua_settop(L, 1);
+  lua_Integer ran = 0;
+  while (tq_pending(&tm->queue) > 0) {
+    tq_wait(&tm->queue, ENGINE_NEVER);
+    ran += run_due(L, tm, LUA_MAXINTEGER);
+  }
+  lua_pushinteger(L, ran);
+  return 1;
+}
+
+static int timer_advance(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  double seconds = luaL_checknumber(L, 2);
+  luaL_argcheck(L, seconds >= 0 && !isinf(seconds), 2, "seconds must be a finite number >= 0");
+  if (!tm->manual_clock)
+    return luaL_error(L, "advance() needs a timer created with clock = \"manual\"");
+  lua_settop(L, 1);
+  if (!tm->queue.stopped) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
+  lua_pushinteger(L, run_due(L, tm, LUA_MAXINTEGER));
+  return 1;
+}
+
+static int timer_pending(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)tq_pending(&check_timer(L, 1)->queue));
+  return 1;
+}
+
+static int timer_now(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  check_running(L, tm);
+  lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
+  return 1;
+}
+
+static int timer_fd(lua_State *L) {
+  lua_pushinteger(L, tq_fd(&check_timer(L, 1)->queue));
+  return 1;
+}
+
+static void set_integer_field(lua_State *L, const char *name, uint64_t value) {
+  lua_pushinteger(L, (lua_Integer)value);
+  lua_setfield(L, -2, name);
+}
+
+static int timer_stats(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  tq_stats stats;
+  tq_get_stats(&tm->queue, &stats);
+  lua_createtable(L, 0, 12);
+  set_integer_field(L, "pending", stats.pending);
+  set_integer_field(L, "due", stats.due);
+  set_integer_field(L, "fired", stats.fired);
+  set_integer_field(L, "cancelled", stats.cancelled);
+  set_integer_field(L, "ticks", stats.ticks);
+  set_integer_field(L, "worker_wakeups", stats.worker_wakeups);
+  set_integer_field(L, "wheel_size", tm->wheel_size);
+  set_integer_field(L, "max_pending", tm->queue.max_pending);
+  lua_pushnumber(L, ns_to_seconds(stats.late_max_ns));
+  lua_setfield(L, -2, "late_max");
+  lua_pushnumber(L, ns_to_seconds(tm->tick_ns));
+  lua_setfield(L, -2, "tick");
+  lua_pushstring(L, tm->manual_clock ? "manual" : "monotonic");
+  lua_setfield(L, -2, "clock");
+  lua_pushboolean(L, tm->queue.stopped);
+  lua_setfield(L, -2, "stopped");
+  return 1;
+}
+
+/* Stops the timer at index 1; returns the timeouts that never ran, in
+ * deadline order, as an array at the top of the stack. */
+static void stop_timer(lua_State *L, lhwt_timer *tm) {
+  lua_createtable(L, (int)tq_pending(&tm->queue), 0);
+  int result_idx = lua_gettop(L);
+  push_anchors(L, 1);
+  int anchors_idx = lua_gettop(L);
+  wheel_list ended = {0};
+  tq_stop(&tm->queue, &ended);
+  int count = 0;
+  wheel_node *n;
+  while ((n = wheel_list_pop_front(&ended))) {
+    lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
+    if (to->node.state == TIMEOUT_CANCELLED) {
+      lua_rawgeti(L, anchors_idx, to->anchor_ref);
+      lua_rawseti(L, result_idx, ++count);
+    }
+    unanchor(L, anchors_idx, to);
+  }
+  lua_settop(L, result_idx);
+}
+
+static int timer_stop(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_settop(L, 1);
+  stop_timer(L, tm);
+  return 1;
+}
+
+static int timer_close(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_settop(L, 1);
+  if (tm->initialized) stop_timer(L, tm);
+  return 0;
+}
+
+static int timer_gc(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  if (tm->initialized) tq_destroy(&tm->queue);
+  tm->initialized = false;
+  return 0;
+}
+
+static int timer_tostring(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  if (tm->queue.stopped)
+    lua_pushfstring(L, "hwt.Timer (stopped): %p", (void *)tm);
+  else
+    lua_pushfstring(L, "hwt.Timer (tick %fs, %d pending): %p", ns_to_seconds(tm->tick_ns),
+                    (int)tq_pending(&tm->queue), (void *)tm);
+  return 1;
+}
+
+/* ---- hwt.new ---------------------------------------------------------- */
+
+typedef struct timer_options {
+  double tick;
+  lua_Integer wheel_size, max_pending;
+  bool manual_clock;
+} timer_options;
+
+static lua_Number option_number(lua_State *L, const char *key) {
+  if (!lua_isnumber(L, -1))
+    luaL_error(L, "bad option '%s' to 'new' (number expected, got %s)", key, luaL_typename(L, -1));
+  return lua_tonumber(L, -1);
+}
+
+static lua_Integer option_integer(lua_State *L, const char *key, lua_Integer lo, lua_Integer hi) {
+  lua_Number value = option_number(L, key);
+  if (!(value >= (lua_Number)lo && value <= (lua_Number)hi) || value != floor(value))
+    luaL_error(L, "bad option '%s' to 'new' (integer in [%d, %d] expected)", key, (int)lo, (int)hi);
+  return (lua_Integer)value;
+}
+
+/* Reads the option at the top of the stack, named by the key below it. */
+static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
+  if (lua_type(L, -2) != LUA_TSTRING)
+    luaL_error(L, "bad argument #1 to 'new' (option names must be strings)");
+  const char *key = lua_tostring(L, -2);
+  if (strcmp(key, "tick") == 0) {
+    opts->tick = option_number(L, key);
+    if (!(opts->tick >= ENGINE_TICK_MIN_NS / NS_PER_SEC &&
+          opts->tick <= ENGINE_MAX_DELAY_NS / NS_PER_SEC))
+      luaL_error(L, "bad option 'tick' to 'new' (seconds >= 1e-06 expected, got %f)", opts->tick);
+  } else if (strcmp(key, "wheel_size") == 0) {
+    opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX);
+  } else if (strcmp(key, "max_pending") == 0) {
+    opts->max_pending = option_integer(L, key, 0, INT32_MAX);
+  } else if (strcmp(key, "on_error") == 0) {
+    if (!is_callable(L, -1))
+      luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));
+    lua_pushvalue(L, -1);
+    compat_setuservalue(L, timer_idx, TIMER_UV_ON_ERROR);
+  } else if (strcmp(key, "clock") == 0) {
+    const char *clock = lua_tostring(L, -1);
+    bool known = lua_type(L, -1) == LUA_TSTRING &&
+                 (strcmp(clock, "manual") == 0 || strcmp(clock, "monotonic") == 0);
+    if (!known)
+      luaL_error(L, "bad option 'clock' to 'new' (\"monotonic\" or \"manual\" expected)");
+    opts->manual_clock = strcmp(clock, "manual") == 0;
+  } else {
+    luaL_error(L, "bad argument #1 to 'new' (unknown option '%s')", key);
+  }
+}
+
+static int hwt_new(lua_State *L) {
+  if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, 2);
+  memset(tm, 0, sizeof *tm);
+  int timer_idx = lua_gettop(L);
+  lua_newtable(L);
+  compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
+  timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false};
+  if (lua_istable(L, 1)) {
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      read_option(L, &opts, timer_idx);
+      lua_pop(L, 1);
+    }
+  }
+  luaL_setmetatable(L, TIMER_MT);
+  tm->manual_clock = opts.manual_clock;
+  tm->tick_ns = seconds_to_ns(opts.tick);
+  engine *eng = engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
+  if (!eng) return luaL_error(L, "not enough memory for a wheel of %d slots", (int)opts.wheel_size);
+  tm->wheel_size = engine_wheel_size(eng);
+  int result = tq_init(&tm->queue, eng, (uint64_t)opts.max_pending);
+  engine_release(eng);                           /* the queue holds it now */
+  if (result != TQ_OK) return luaL_error(L, "cannot create the timer's wake-up descriptor");
+  tm->initialized = true;
+  return 1;
+}
+
+static int hwt_now(lua_State *L) {
+  lua_pushnumber(L, ns_to_seconds(engine_monotonic_ns()));
+  return 1;
+}
+
+/* ---- Timeout ---------------------------------------------------------- */
+
+static int timeout_cancel(lua_State *L) {
+  lhwt_timeout *to = check_timeout(L, 1);
+  bool cancelled = tq_cancel(&to->node);
+  if (cancelled) {
+    compat_getuservalue(L, 1, TIMEOUT_UV_TIMER);
+    push_anchors(L, lua_gettop(L));
+    unanchor(L, lua_gettop(L), to);
+  }
+  lua_pushboolean(L, cancelled);
+  return 1;
+}
+
+static int timeout_close(lua_State *L) {
+  timeout_cancel(L);
+  return 0;
+}
+
+static int timeout_is_cancelled(lua_State *L) {
+  lua_pushboolean(L, timeout_state(&check_timeout(L, 1)->node) == TIMEOUT_CANCELLED);
+  return 1;
+}
+
+static int timeout_is_expired(lua_State *L) {
+  lua_pushboolean(L, check_timeout(L, 1)->node.has_run);
+  return 1;
+}
+
+static int timeout_timer(lua_State *L) {
+  check_timeout(L, 1);
+  compat_getuservalue(L, 1, TIMEOUT_UV_TIMER);
+  return 1;
+}
+
+static int timeout_task(lua_State *L) {
+  check_timeout(L, 1);
+  compat_getuservalue(L, 1, TIMEOUT_UV_TASK);
+  return 1;
+}
+
+static int timeout_remaining_seconds(lua_State *L) {
+  lua_pushnumber(L, ns_to_seconds(timeout_remaining(&check_timeout(L, 1)->node)));
+  return 1;
+}
+
+static const char *state_name(const lhwt_timeout *to, int state) {
+  switch (state) {
+    case TIMEOUT_PENDING: return to->node.has_run ? "pending (periodic)" : "pending";
+    case TIMEOUT_DUE: return "due";
+    case TIMEOUT_RUNNING: return "running";
+    case TIMEOUT_CANCELLED: return "cancelled";
+    default: return "expired";
+  }
+}
+
+static int timeout_tostring(lua_State *L) {
+  lhwt_timeout *to = check_timeout(L, 1);
+  const char *state = state_name(to, timeout_state(&to->node));
+  uint64_t remaining_ns = timeout_remaining(&to->node);
+  if (remaining_ns == ENGINE_NEVER)
+    lua_pushfstring(L, "hwt.Timeout (%s, never due): %p", state, (void *)to);
+  else
+    lua_pushfstring(L, "hwt.Timeout (%s, due in %fs): %p", state,
+                    ns_to_seconds(remaining_ns), (void *)to);
+  return 1;
+}
+
+/* ---- registration ----------------------------------------------------- */
+
+static const luaL_Reg timer_methods[] = {
+  {"timeout", timer_timeout}, {"every", timer_every}, {"poll", timer_poll},
+  {"wait", timer_wait}, {"run", timer_run}, {"advance", timer_advance},
+  {"pending", timer_pending}, {"now", timer_now}, {"fd", timer_fd},
+  {"stats", timer_stats}, {"stop", timer_stop}, {NULL, NULL}
+};
+
+static const luaL_Reg timer_metamethods[] = {
+  {"__gc", timer_gc}, {"__close", timer_close}, {"__tostring", timer_tostring},
+  {NULL, NULL}
+};
+
+static const luaL_Reg timeout_methods[] = {
+  {"cancel", timeout_cancel}, {"is_cancelled", timeout_is_cancelled},
+  {"is_expired", timeout_is_expired}, {"timer", timeout_timer},
+  {"task", timeout_task}, {"remaining", timeout_remaining_seconds}, {NULL, NULL}
+};
+
+static const luaL_Reg timeout_metamethods[] = {
+  {"__close", timeout_close}, {"__tostring", timeout_tostring}, {NULL, NULL}
+};
+
+static const luaL_Reg module_functions[] = {
+  {"new", hwt_new}, {"now", hwt_now}, {NULL, NULL}
+};
+
+/* Creates metatable `name` with its metamethods and an __index table of
+ * methods; leaves the methods table on the stack. */
+static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
+                      const luaL_Reg *methods) {
+  luaL_newmetatable(L, name);
+  luaL_setfuncs(L, meta, 0);
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__index");
+  lua_remove(L, -2);
+}
+
+int luaopen_hwt_core(lua_State *L) {
+  luaL_newlib(L, module_functions);
+  new_class(L, TIMER_MT, timer_metamethods, timer_methods);
+  lua_setfield(L, -2, "Timer");
+  new_class(L, TIMEOUT_MT, timeout_metamethods, timeout_methods);
+  lua_setfield(L, -2, "Timeout");
+  lua_pushliteral(L, HWT_VERSION);
+  lua_setfield(L, -2, "_VERSION");
+  return 1;
+}

@@ -1,0 +1,167 @@
+/*
+ * wheel.c — see wheel.h for the scheme and its costs.
+ *
+ * Placement rule (as in the tokio wheel): a node goes to the lowest level L
+ * whose current block — the ticks that share every bit above level L with
+ * now_tick — contains its deadline. Hence the slot of level L that holds
+ * now_tick is always empty, and the next slot of level L begins after the
+ * whole current block of level L-1: the first level with an occupied slot
+ * ahead of now_tick holds the next event.
+ */
+#include "wheel.h"
+
+#include <stdlib.h>
+
+#define WORD_BITS 64
+
+static unsigned level_shift(const wheel *w, unsigned level) {
+  return level == 0 ? 0 : w->size_bits + WHEEL_LEVEL_BITS * (level - 1);
+}
+
+static unsigned level_bits(const wheel *w, unsigned level) {
+  return level == 0 ? w->size_bits : WHEEL_LEVEL_BITS;
+}
+
+static uint64_t level_slots(const wheel *w, unsigned level) {
+  return UINT64_C(1) << level_bits(w, level);
+}
+
+static uint64_t slot_index(const wheel *w, unsigned level, uint64_t tick) {
+  return (tick >> level_shift(w, level)) & (level_slots(w, level) - 1);
+}
+
+/* First tick of the block of `level` that contains tick. */
+static uint64_t block_base(const wheel *w, unsigned level, uint64_t tick) {
+  unsigned span = level_shift(w, level) + level_bits(w, level);
+  return span >= 64 ? 0 : tick & ~((UINT64_C(1) << span) - 1);
+}
+
+static unsigned level_for(const wheel *w, uint64_t deadline_tick) {
+  uint64_t differing = deadline_tick ^ w->now_tick;
+  if ((differing >> w->size_bits) == 0) return 0;
+  unsigned high_bit = 63u - (unsigned)__builtin_clzll(differing);
+  return 1 + (high_bit - w->size_bits) / WHEEL_LEVEL_BITS;
+}
+
+static size_t bitmap_words(uint64_t slots) {
+  return slots < WORD_BITS ? 1 : (size_t)(slots / WORD_BITS);
+}
+
+static void mark_occupied(wheel *w, unsigned level, uint64_t slot) {
+  w->occupied[level][slot / WORD_BITS] |= UINT64_C(1) << (slot % WORD_BITS);
+}
+
+static void mark_empty(wheel *w, unsigned level, uint64_t slot) {
+  w->occupied[level][slot / WORD_BITS] &= ~(UINT64_C(1) << (slot % WORD_BITS));
+}
+
+/* Index of the first occupied slot of `level` at or after `from`, or -1. */
+static int64_t next_occupied(const wheel *w, unsigned level, uint64_t from) {
+  uint64_t slots = level_slots(w, level);
+  if (from >= slots) return -1;
+  const uint64_t *bits = w->occupied[level];
+  size_t word = (size_t)(from / WORD_BITS);
+  uint64_t pending = bits[word] & (~UINT64_C(0) << (from % WORD_BITS));
+  size_t words = bitmap_words(slots);
+  while (!pending) {
+    if (++word == words) return -1;
+    pending = bits[word];
+  }
+  return (int64_t)(word * WORD_BITS + (unsigned)__builtin_ctzll(pending));
+}
+
+uint32_t wheel_round_size(uint32_t size) {
+  uint32_t rounded = 1;
+  while (rounded < size) rounded <<= 1;
+  return rounded;
+}
+
+int wheel_init(wheel *w, uint32_t size) {
+  *w = (wheel){0};
+  w->size = wheel_round_size(size);
+  while ((UINT32_C(1) << w->size_bits) < w->size) w->size_bits++;
+  w->levels = 1 + (64 - w->size_bits + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS;
+  for (unsigned level = 0; level < w->levels; level++) {
+    uint64_t slots = level_slots(w, level);
+    w->slots[level] = calloc((size_t)slots, sizeof(wheel_node *));
+    w->occupied[level] = calloc(bitmap_words(slots), sizeof(uint64_t));
+    if (!w->slots[level] || !w->occupied[level]) {
+      wheel_free(w);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void wheel_free(wheel *w) {
+  for (unsigned level = 0; level < WHEEL_LEVELS_MAX; level++) {
+    free(w->slots[level]);
+    free(w->occupied[level]);
+    w->slots[level] = NULL;
+    w->occupied[level] = NULL;
+  }
+  w->count = 0;
+}
+
+bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick) {
+  if (deadline_tick <= w->now_tick) return false;
+  unsigned level = level_for(w, deadline_tick);
+  uint64_t slot = slot_index(w, level, deadline_tick);
+  wheel_node **head = &w->slots[level][slot];
+  n->deadline_tick = deadline_tick;
+  n->level = (uint8_t)level;
+  n->prev = NULL;
+  n->next = *head;
+  if (*head) (*head)->prev = n;
+  *head = n;
+  mark_occupied(w, level, slot);
+  w->count++;
+  return true;
+}
+
+void wheel_remove(wheel *w, wheel_node *n) {
+  uint64_t slot = slot_index(w, n->level, n->deadline_tick);
+  wheel_node **head = &w->slots[n->level][slot];
+  if (n->prev) n->prev->next = n->next; else *head = n->next;
+  if (n->next) n->next->prev = n->prev;
+  if (!*head) mark_empty(w, n->level, slot);
+  n->next = n->prev = NULL;
+  w->count--;
+}
+
+bool wheel_next_event(const wheel *w, uint64_t *tick) {
+  if (w->count == 0) return false;
+  for (unsigned level = 0; level < w->levels; level++) {
+    int64_t slot = next_occupied(w, level, slot_index(w, level, w->now_tick) + 1);
+    if (slot >= 0) {
+      *tick = block_base(w, level, w->now_tick) +
+              ((uint64_t)slot << level_shift(w, level));
+      return true;
+    }
+  }
+  return false;                              /* unreachable while count > 0 */
+}
+
+/* Empties one slot at now_tick: due nodes go to `due`, the rest move down. */
+static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
+  uint64_t slot = slot_index(w, level, w->now_tick);
+  wheel_node *n = w->slots[level][slot];
+  if (!n) return;
+  w->slots[level][slot] = NULL;
+  mark_empty(w, level, slot);
+  while (n) {
+    wheel_node *next = n->next;
+    w->count--;
+    if (!wheel_insert(w, n, n->deadline_tick)) wheel_list_push_back(due, n);
+    n = next;
+  }
+}
+
+void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due) {
+  uint64_t event_tick;
+  while (wheel_next_event(w, &event_tick) && event_tick <= to_tick) {
+    w->now_tick = event_tick;
+    for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, due);
+  }
+  if (to_tick > w->now_tick) w->now_tick = to_tick;
+}

@@ -1,0 +1,103 @@
+/*
+ * wheel.h — a hierarchical hashed timing wheel: the data structure alone.
+ *
+ * No threads, no clock, no Lua: time is a tick counter that only moves when
+ * wheel_advance() is called. Level 0 has `wheel_size` slots of one tick each
+ * (Netty's ticksPerWheel); every higher level has 64 slots, each as wide as a
+ * whole turn of the level below (Varghese & Lauck scheme 7, as in the Linux
+ * and tokio wheels). A node lives in the slot of the lowest level whose
+ * current block contains its deadline, so a timeout is moved down at most
+ * once per level: the work per timeout does not grow with its delay.
+ *
+ * Costs: insert O(1), remove O(1), wheel_next_event O(wheel_size / 64) in the
+ * worst case (a bitmap scan of level 0), advance O(levels) per due node plus
+ * O(wheel_size / 64) per occupied slot reached. Idle ticks cost nothing.
+ */
+#ifndef HWT_WHEEL_H
+#define HWT_WHEEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WHEEL_SIZE_MAX (UINT32_C(1) << 30)
+#define WHEEL_LEVEL_BITS 6                         /* levels >= 1: 64 slots */
+#define WHEEL_LEVELS_MAX (1 + (64 + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
+
+/* Intrusive node; embed it in your own struct. The link fields are also free
+ * for the owner's use while the node is not in a wheel (see wheel_list). */
+typedef struct wheel_node {
+  struct wheel_node *next, *prev;
+  uint64_t deadline_tick;
+  uint8_t level;                                   /* valid while linked */
+} wheel_node;
+
+/* A NULL-terminated doubly linked list with head and tail. */
+typedef struct wheel_list {
+  wheel_node *head, *tail;
+} wheel_list;
+
+typedef struct wheel {
+  uint64_t now_tick;           /* every deadline <= now_tick has been expired */
+  size_t count;                /* nodes in the wheel */
+  uint32_t size;               /* level-0 slots, a power of two */
+  unsigned size_bits;          /* log2(size) */
+  unsigned levels;
+  wheel_node **slots[WHEEL_LEVELS_MAX];    /* slot heads, NULL when empty */
+  uint64_t *occupied[WHEEL_LEVELS_MAX];    /* one bit per non-empty slot */
+} wheel;
+
+/* Rounds size up to a power of two; size must be 1..WHEEL_SIZE_MAX.
+ * Returns 0, or -1 when memory is short (the wheel is then left empty). */
+int wheel_init(wheel *w, uint32_t size);
+void wheel_free(wheel *w);
+uint32_t wheel_round_size(uint32_t size);
+
+/* Links n to fire at deadline_tick. Returns false, without linking, when the
+ * deadline is not in the future (deadline_tick <= now_tick): it is due now. */
+bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick);
+void wheel_remove(wheel *w, wheel_node *n);
+
+/* The earliest tick at which wheel_advance has work (a node falls due or a
+ * slot must be moved down a level). false when the wheel is empty. */
+bool wheel_next_event(const wheel *w, uint64_t *tick);
+
+/* Moves time to to_tick (>= now_tick) and appends every node whose deadline
+ * is <= to_tick to `due`, in deadline-tick order (any order within a tick). */
+void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due);
+
+static inline void wheel_list_push_back(wheel_list *l, wheel_node *n) {
+  n->next = NULL;
+  n->prev = l->tail;
+  if (l->tail) l->tail->next = n; else l->head = n;
+  l->tail = n;
+}
+
+static inline void wheel_list_insert_after(wheel_list *l, wheel_node *pos,
+                                           wheel_node *n) {
+  if (!pos) {                                      /* at the front */
+    n->prev = NULL;
+    n->next = l->head;
+    if (l->head) l->head->prev = n; else l->tail = n;
+    l->head = n;
+    return;
+  }
+  n->prev = pos;
+  n->next = pos->next;
+  if (pos->next) pos->next->prev = n; else l->tail = n;
+  pos->next = n;
+}
+
+static inline void wheel_list_remove(wheel_list *l, wheel_node *n) {
+  if (n->prev) n->prev->next = n->next; else l->head = n->next;
+  if (n->next) n->next->prev = n->prev; else l->tail = n->prev;
+  n->next = n->prev = NULL;
+}
+
+static inline wheel_node *wheel_list_pop_front(wheel_list *l) {
+  wheel_node *n = l->head;
+  if (n) wheel_list_remove(l, n);
+  return n;
+}
+
+#endif
