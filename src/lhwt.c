@@ -138,23 +138,30 @@ static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   }
 }
 
+/* call_run_method(task, ...) calls task:run(...): the lookup of `run` may
+ * raise (an __index metamethod), so it happens inside the protected call. */
+static int call_run_method(lua_State *L) {
+  lua_getfield(L, 1, "run");
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 0);
+  return 0;
+}
+
 /* Calls task(timeout, ...) or task:run(timeout, ...) under pcall. */
 static void run_task(lua_State *L, int timeout_idx, int on_error_idx) {
   lhwt_timeout *to = lua_touserdata(L, timeout_idx);
   int base = lua_gettop(L);
-  luaL_checkstack(L, to->nargs + 4, "too many task arguments");
   int handler_idx = 0;
   if (lua_isnil(L, on_error_idx)) {
     lua_pushcfunction(L, traceback_handler);
     handler_idx = lua_gettop(L);
   }
-  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
   int nargs = 1 + to->nargs;
   if (to->run_method) {
-    lua_getfield(L, -1, "run");
-    lua_insert(L, -2);                           /* run, task (as self) */
+    lua_pushcfunction(L, call_run_method);
     nargs++;
   }
+  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
   lua_pushvalue(L, timeout_idx);
   for (int i = 0; i < to->nargs; i++)
     compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
@@ -166,6 +173,7 @@ static void run_task(lua_State *L, int timeout_idx, int on_error_idx) {
 /* Runs up to `max` due tasks of the timer at index 1. */
 static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
   if (max <= 0 || tm->queue.stopped) return 0;
+  luaL_checkstack(L, MAX_TASK_ARGS + 8, "poll");   /* nothing below may raise */
   uint64_t seq_limit = tq_poll_begin(&tm->queue);
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);

@@ -1,10 +1,12 @@
 #!/bin/sh
 # Runs every hwt test — C tests, busted specs, examples — once against the
 # plain build and once under AddressSanitizer + UBSan, then prints the total
-# as "N passed, N failed". Called by `make test` (HWT_ONLY=plain|asan: one half).
+# as "N passed, N failed"; the engine's C test also runs under TSan. Called
+# by `make test` (HWT_ONLY=plain|asan: one half).
 LUA=${LUA:-lua5.4}
 BUSTED=${BUSTED:-$(command -v busted)}
 EXAMPLE_TIMEOUT=60
+SANITIZER_ENV=""
 passed=0
 failed=0
 log=$(mktemp)
@@ -26,12 +28,12 @@ run_c_tests() {  # run_c_tests DIR
     f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
     if [ -z "$line" ]; then p=0; f=1; fi
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    count "$p" "$f" "$(basename "$bin")"
+    count "$p" "$f" "$(basename "$(dirname "$bin")")/$(basename "$bin")"
   done
 }
 
 run_busted() {  # run_busted CPATH LABEL
-  LUA_CPATH="$1;;" "$LUA" "$BUSTED" --cpath="$1" -o plainTerminal >"$log" 2>&1
+  env LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" -o plainTerminal >"$log" 2>&1
   status=$?
   summary=$(grep -E '^[0-9]+ successes? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -n 1)
   if [ "$status" -ne 0 ] || [ -z "$summary" ]; then cat "$log"; else tail -n 3 "$log" | head -n 1; fi
@@ -47,7 +49,7 @@ run_busted() {  # run_busted CPATH LABEL
 run_examples() {  # run_examples CPATH LABEL
   p=0; f=0
   for example in examples/*.lua; do
-    if LUA_PATH='lua/?.lua;;' LUA_CPATH="$1;;" timeout "$EXAMPLE_TIMEOUT" "$LUA" "$example" >"$log" 2>&1; then
+    if env LUA_PATH='lua/?.lua;;' LUA_CPATH="$1;;" $SANITIZER_ENV timeout "$EXAMPLE_TIMEOUT" "$LUA" "$example" >"$log" 2>&1; then
       p=$((p + 1))
     else
       f=$((f + 1)); echo "FAILED: $example"; cat "$log"
@@ -56,22 +58,23 @@ run_examples() {  # run_examples CPATH LABEL
   count "$p" "$f" "$2"
 }
 
-if [ "${HWT_ONLY:-plain}" != asan ] || [ -z "${HWT_ONLY:-}" ]; then
+if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
   run_busted './?.so' "busted specs"
   run_examples './?.so' "examples"
 fi
 
-if [ "${HWT_ONLY:-asan}" != plain ]; then
-  runtime=""
-  for lib in libasan.so libubsan.so; do
-    runtime="$runtime $(${CC:-cc} -print-file-name=$lib)"
-  done
+if [ "${HWT_ONLY:-}" != plain ]; then
+  runtime="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="halt_on_error=1"
   run_c_tests build/asan
-  LD_PRELOAD="$runtime" run_busted 'build/asan/?.so' "busted specs (asan+ubsan)"
-  LD_PRELOAD="$runtime" run_examples 'build/asan/?.so' "examples (asan+ubsan)"
+  run_c_tests build/tsan
+  # Debian's lua is not instrumented: preload the runtimes for it alone.
+  SANITIZER_ENV="LD_PRELOAD=$runtime"
+  run_busted 'build/asan/?.so' "busted specs (asan+ubsan)"
+  run_examples 'build/asan/?.so' "examples (asan+ubsan)"
 fi
 
 echo "$passed passed, $failed failed"

@@ -25,6 +25,8 @@
 /* ------------------------------------------------------------------------ */
 
 static int g_case_failed;            /* the running case has a failed check */
+static unsigned long g_checks_failed;          /* failed checks, all cases */
+static char g_context[160];       /* appended to a failure line when set */
 
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -35,9 +37,11 @@ static void fail_at(const char *file, int line, const char *fmt, ...) {
   va_start(ap, fmt);
   vprintf(fmt, ap);
   va_end(ap);
+  if (g_context[0]) printf(" %s", g_context);
   putchar('\n');
   fflush(stdout);
   g_case_failed = 1;
+  g_checks_failed++;
 }
 
 #define CHECK(cond, ...)                                                      \
@@ -648,6 +652,7 @@ static void test_next_event_contract(void) {
       }
       uint64_t now = w.now_tick;
       size_t count = w.count;
+      unsigned long failed_before = g_checks_failed;
       if (t <= now) {
         fail_at(__FILE__, __LINE__, "size %" PRIu32 ": next_event %" PRIu64
                 " <= now %" PRIu64, w.size, t, now);
@@ -688,9 +693,12 @@ static void test_next_event_contract(void) {
         CHECK(after < level_sum, "size %" PRIu32 ": event at %" PRIu64
               " fired nothing and moved nothing down", w.size, t);
       }
+      if (g_checks_failed != failed_before) break;   /* one event's worth */
     }
-    CHECK_EQ(fired, N);
-    CHECK_EQ(w.count, 0);
+    if (!g_case_failed) {
+      CHECK_EQ(fired, N);
+      CHECK_EQ(w.count, 0);
+    }
     wheel_free(&w);
   }
 }
@@ -748,14 +756,49 @@ static void test_size_one(void) {
     wheel_advance(&w, tick, &due);
     size_t expect = 0;
     for (int i = 0; i < 6; i++) expect += d[i] == tick;
-    CHECK(list_len(&due) - before == expect, "size 1: tick %" PRIu64
-          ": %zu fired, expected %zu", tick, list_len(&due) - before, expect);
+    if (list_len(&due) - before != expect) {
+      fail_at(__FILE__, __LINE__, "size 1: tick %" PRIu64 ": %zu fired, "
+              "expected %zu", tick, list_len(&due) - before, expect);
+      break;                                        /* report the first */
+    }
   }
   CHECK_EQ(w.count, 0);
   CHECK_EQ(list_len(&due), 6);
   uint64_t t;
   CHECK_FALSE(wheel_next_event(&w, &t));
   wheel_free(&w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* wheel_list helpers (static inline in wheel.h)                            */
+/* ------------------------------------------------------------------------ */
+
+static void test_list_helpers(void) {
+  wheel_node a, b, c, d;
+  wheel_list l = {0};
+  CHECK(wheel_list_pop_front(&l) == NULL, "pop_front of empty list");
+  wheel_list_insert_after(&l, NULL, &b);           /* into empty list */
+  CHECK(l.head == &b && l.tail == &b, "insert_after(NULL) into empty list");
+  wheel_list_insert_after(&l, NULL, &a);           /* at the front */
+  wheel_list_push_back(&l, &d);
+  wheel_list_insert_after(&l, &b, &c);             /* in the middle */
+  CHECK(l.head == &a && a.next == &b && b.next == &c && c.next == &d &&
+        d.next == NULL && l.tail == &d, "list not [a, b, c, d]");
+  CHECK_TRUE(list_consistent(&l));
+  wheel_list_remove(&l, &c);                       /* middle */
+  CHECK(b.next == &d && d.prev == &b, "remove middle");
+  CHECK(c.next == NULL && c.prev == NULL, "removed node links not cleared");
+  wheel_list_remove(&l, &d);                       /* tail */
+  CHECK(l.tail == &b && b.next == NULL, "remove tail");
+  wheel_list_insert_after(&l, &b, &d);             /* after the tail */
+  CHECK(l.tail == &d && b.next == &d, "insert_after tail");
+  CHECK_TRUE(list_consistent(&l));
+  CHECK(wheel_list_pop_front(&l) == &a && l.head == &b && b.prev == NULL,
+        "pop_front");
+  CHECK(wheel_list_pop_front(&l) == &b, "pop_front 2");
+  CHECK(wheel_list_pop_front(&l) == &d, "pop_front 3");
+  CHECK(l.head == NULL && l.tail == NULL, "list not empty after pops");
+  CHECK(wheel_list_pop_front(&l) == NULL, "pop_front of emptied list");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -775,7 +818,6 @@ static tnode g_pool[POOL];
 static uint32_t g_free[POOL], g_free_n;
 static uint32_t g_live[POOL], g_live_n;
 static uint32_t g_exp[POOL], g_got[POOL];
-static unsigned long long g_random_ops;
 
 static int cmp_u32(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -866,9 +908,11 @@ static uint64_t random_advance_to(const wheel *w, uint64_t *rng) {
 #define RCHECK(cond, ...)                                                     \
   do {                                                                        \
     if (!(cond)) {                                                            \
+      snprintf(g_context, sizeof g_context,                                   \
+               "(random test: size %" PRIu32 ", seed %#" PRIx64 ", op %ld,"    \
+               " now %" PRIu64 ")", size, seed, op, w.now_tick);              \
       fail_at(__FILE__, __LINE__, __VA_ARGS__);                               \
-      printf("  (random test: size %" PRIu32 ", seed %#" PRIx64 ", op %ld, now %" \
-             PRIu64 ")\n", size, seed, op, w.now_tick);                       \
+      g_context[0] = '\0';                                                    \
       goto done;                                                              \
     }                                                                         \
   } while (0)
@@ -1004,7 +1048,6 @@ static void test_random_differential(void) {
   long total = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     total += random_run(sizes[i], UINT64_C(0x5EED0000) + sizes[i], OPS_PER_SIZE);
-  g_random_ops = (unsigned long long)total;
   if (!g_case_failed)
     CHECK(total >= 1000000, "only %ld random operations", total);
 }
@@ -1037,6 +1080,7 @@ int main(void) {
       {"next_event_contract", test_next_event_contract},
       {"due_order", test_due_order},
       {"size_one", test_size_one},
+      {"list_helpers", test_list_helpers},
       {"random_differential", test_random_differential},
   };
   int passed = 0, failed = 0;

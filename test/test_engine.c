@@ -1,0 +1,274 @@
+/*
+ * test_engine.c — the engine alone (no Lua): manual and real clocks, the
+ * worker thread, cancel, stop, wait, the wake-up fd and idle behaviour.
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+#define MS UINT64_C(1000000)
+#define TICK_1MS MS
+
+static int checks_failed;
+
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      checks_failed++;                                                \
+    }                                                                 \
+  } while (0)
+
+static void sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  nanosleep(&ts, NULL);
+}
+
+static bool fd_readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, 0) == 1;
+}
+
+/* Pops everything due now into out[]; returns how many. */
+static size_t drain(timer_queue *q, timeout **out, size_t cap) {
+  uint64_t limit = tq_poll_begin(q);
+  size_t n = 0;
+  timeout *t;
+  while (n < cap && (t = tq_pop_due(q, limit))) {
+    out[n++] = t;
+    tq_finish(t);
+  }
+  return n;
+}
+
+static void test_manual_order_and_boundaries(void) {
+  engine *eng = engine_new(10 * MS, 8, true);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout t[5] = {0};
+  uint64_t delays[5] = {25 * MS, 20 * MS, 21 * MS, 20 * MS, 0};
+  for (int i = 0; i < 5; i++) CHECK(tq_schedule(&q, &t[i], delays[i], 0) == TQ_OK);
+  timeout *out[8];
+  CHECK(drain(&q, out, 8) == 1 && out[0] == &t[4]);       /* delay 0 */
+  engine_advance_manual(eng, 19 * MS);
+  CHECK(drain(&q, out, 8) == 0);
+  engine_advance_manual(eng, 1 * MS);                      /* now 20 ms */
+  CHECK(drain(&q, out, 8) == 2 && out[0] == &t[1] && out[1] == &t[3]);
+  engine_advance_manual(eng, 10 * MS);                     /* now 30 ms */
+  CHECK(drain(&q, out, 8) == 2 && out[0] == &t[2] && out[1] == &t[0]);
+  CHECK(tq_pending(&q) == 0);
+  tq_destroy(&q);
+}
+
+static void test_manual_cancel_due_and_stop(void) {
+  engine *eng = engine_new(TICK_1MS, 512, true);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout a = {0}, b = {0}, c = {0}, never = {0};
+  CHECK(tq_schedule(&q, &a, 5 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &b, 5 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &c, 3000 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &never, ENGINE_NEVER, 0) == TQ_OK);
+  engine_advance_manual(eng, 5 * MS);
+  CHECK(fd_readable(tq_fd(&q)));
+  CHECK(tq_cancel(&a));                                    /* due, unpolled */
+  CHECK(!tq_cancel(&a));
+  timeout *out[4];
+  CHECK(drain(&q, out, 4) == 1 && out[0] == &b);
+  CHECK(!fd_readable(tq_fd(&q)));
+  CHECK(timeout_remaining(&never) == ENGINE_NEVER);
+  wheel_list ended = {0};
+  tq_stop(&q, &ended);
+  CHECK(ended.head == &c.link && ended.tail == &never.link);
+  CHECK(c.state == TIMEOUT_CANCELLED && never.state == TIMEOUT_CANCELLED);
+  CHECK(tq_schedule(&q, &a, 0, 0) == TQ_STOPPED);
+  tq_stats stats;
+  tq_get_stats(&q, &stats);
+  CHECK(stats.cancelled == 3 && stats.fired == 1 && stats.pending == 0);
+  tq_destroy(&q);
+}
+
+static void test_max_pending(void) {
+  engine *eng = engine_new(TICK_1MS, 64, true);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 2) == TQ_OK);
+  engine_release(eng);
+  timeout t[3] = {0};
+  CHECK(tq_schedule(&q, &t[0], MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &t[1], MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &t[2], MS, 0) == TQ_FULL);
+  CHECK(tq_cancel(&t[0]));
+  CHECK(tq_schedule(&q, &t[2], MS, 0) == TQ_OK);
+  tq_destroy(&q);
+}
+
+static void test_periodic_skips_missed_beats(void) {
+  engine *eng = engine_new(TICK_1MS, 64, true);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout beat = {0};
+  CHECK(tq_schedule(&q, &beat, 10 * MS, 10 * MS) == TQ_OK);
+  engine_advance_manual(eng, 105 * MS);
+  timeout *out[4];
+  CHECK(drain(&q, out, 4) == 1);
+  CHECK(beat.deadline_ns == 110 * MS);                     /* on the grid */
+  CHECK(tq_pending(&q) == 1);
+  tq_destroy(&q);
+}
+
+/* Real clock: many timeouts, never early, all fire, in deadline order. */
+static void test_worker_fires_in_order(void) {
+  enum { N = 2000 };
+  engine *eng = engine_new(TICK_1MS, 64, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout *t = calloc(N, sizeof *t);
+  uint64_t seed = 42;
+  for (int i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    CHECK(tq_schedule(&q, &t[i], (seed >> 33) % (200 * MS), 0) == TQ_OK);
+  }
+  size_t fired = 0;
+  uint64_t last_deadline = 0;
+  while (fired < N && tq_wait(&q, 2000 * MS)) {
+    uint64_t limit = tq_poll_begin(&q);
+    timeout *due;
+    while ((due = tq_pop_due(&q, limit))) {
+      CHECK(engine_now(eng) >= due->deadline_ns);
+      CHECK(due->deadline_ns >= last_deadline);
+      last_deadline = due->deadline_ns;
+      tq_finish(due);
+      fired++;
+    }
+  }
+  CHECK(fired == N);
+  tq_destroy(&q);
+  free(t);
+}
+
+/* The wake-up fd becomes readable from the worker alone, with no poll. */
+static void test_worker_signals_fd(void) {
+  engine *eng = engine_new(TICK_1MS, 512, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout t = {0};
+  CHECK(tq_schedule(&q, &t, 20 * MS, 0) == TQ_OK);
+  CHECK(!fd_readable(tq_fd(&q)));
+  struct pollfd p = {.fd = tq_fd(&q), .events = POLLIN};
+  CHECK(poll(&p, 1, 2000) == 1);
+  CHECK(engine_now(eng) >= t.deadline_ns);
+  timeout *out[1];
+  CHECK(drain(&q, out, 1) == 1);
+  CHECK(!fd_readable(tq_fd(&q)));
+  tq_destroy(&q);
+}
+
+/* No wake-ups while nothing is pending, nor before a far deadline. */
+static void test_idle_worker_sleeps(void) {
+  engine *eng = engine_new(TICK_1MS, 512, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout soon = {0}, far = {0};
+  CHECK(tq_schedule(&q, &soon, MS, 0) == TQ_OK);
+  timeout *out[1];
+  CHECK(tq_wait(&q, 2000 * MS));
+  CHECK(drain(&q, out, 1) == 1);
+  tq_stats before, after;
+  sleep_ns(20 * MS);
+  tq_get_stats(&q, &before);
+  sleep_ns(300 * MS);
+  tq_get_stats(&q, &after);
+  CHECK(after.worker_wakeups == before.worker_wakeups);
+  CHECK(tq_schedule(&q, &far, 60000 * MS, 0) == TQ_OK);
+  sleep_ns(20 * MS);
+  tq_get_stats(&q, &before);
+  sleep_ns(300 * MS);
+  tq_get_stats(&q, &after);
+  CHECK(after.worker_wakeups == before.worker_wakeups);
+  tq_destroy(&q);
+}
+
+/* Cancels racing with the worker: each timeout ends exactly one way. */
+typedef struct race {
+  timer_queue *q;
+  timeout *t;
+  size_t n;
+  size_t cancelled;
+} race;
+
+static void *cancel_half(void *arg) {
+  race *r = arg;
+  for (size_t i = 0; i < r->n; i += 2)
+    if (tq_cancel(&r->t[i])) r->cancelled++;
+  return NULL;
+}
+
+static void test_cancel_races_worker(void) {
+  enum { N = 20000 };
+  engine *eng = engine_new(TICK_1MS, 256, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout *t = calloc(N, sizeof *t);
+  for (size_t i = 0; i < N; i++) CHECK(tq_schedule(&q, &t[i], (i % 50) * MS / 10, 0) == TQ_OK);
+  race r = {&q, t, N, 0};
+  pthread_t canceller;
+  pthread_create(&canceller, NULL, cancel_half, &r);
+  size_t fired = 0;
+  bool joined = false;
+  while (tq_pending(&q) > 0 || !joined) {
+    if (!joined) { pthread_join(canceller, NULL); joined = true; }
+    tq_wait(&q, 100 * MS);
+    uint64_t limit = tq_poll_begin(&q);
+    timeout *due;
+    while ((due = tq_pop_due(&q, limit))) { tq_finish(due); fired++; }
+  }
+  CHECK(fired + r.cancelled == N);
+  size_t done = 0, cancelled = 0;
+  for (size_t i = 0; i < N; i++) {
+    done += t[i].state == TIMEOUT_DONE;
+    cancelled += t[i].state == TIMEOUT_CANCELLED;
+  }
+  CHECK(done == fired && cancelled == r.cancelled);
+  tq_destroy(&q);
+  free(t);
+}
+
+typedef struct test_case {
+  const char *name;
+  void (*run)(void);
+} test_case;
+
+static const test_case tests[] = {
+  {"manual_order_and_boundaries", test_manual_order_and_boundaries},
+  {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
+  {"max_pending", test_max_pending},
+  {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
+  {"worker_fires_in_order", test_worker_fires_in_order},
+  {"worker_signals_fd", test_worker_signals_fd},
+  {"idle_worker_sleeps", test_idle_worker_sleeps},
+  {"cancel_races_worker", test_cancel_races_worker},
+};
+
+int main(void) {
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    int before = checks_failed;
+    tests[i].run();
+    if (checks_failed == before) passed++;
+    else { failed++; fprintf(stderr, "FAILED: %s\n", tests[i].name); }
+  }
+  printf("engine: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
