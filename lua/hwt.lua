@@ -114,6 +114,7 @@ function hwt.retry(timer, fn, opts)
     if handle.done then return end
     handle.attempts = handle.attempts + 1
     local results = pack(pcall(fn, handle.attempts))
+    if handle.done then return end            -- fn cancelled the handle
     if results[1] and results[2] then
       handle.done = true
       if o.on_success then o.on_success(unpack(results, 2, results.n)) end

@@ -196,6 +196,18 @@ static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
 
 /* ---- Timer ------------------------------------------------------------ */
 
+static int hwt_now(lua_State *L) {
+  lua_pushnumber(L, ns_to_seconds(engine_monotonic_ns()));
+  return 1;
+}
+
+static void push_refusal(lua_State *L, uint64_t max_pending) {
+  char message[80];
+  snprintf(message, sizeof message, "too many pending timeouts (max_pending = %llu)",
+           (unsigned long long)max_pending);
+  lua_pushstring(L, message);
+}
+
 static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
   lhwt_timer *tm = check_timer(L, 1);
   bool run_method = check_task(L, 3);
@@ -228,8 +240,7 @@ static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
   unanchor(L, lua_gettop(L), to);
   lua_pushnil(L);
   if (result == TQ_FULL)
-    lua_pushfstring(L, "too many pending timeouts (max_pending = %d)",
-                    (int)tm->queue.max_pending);
+    push_refusal(L, tm->queue.max_pending);
   else
     lua_pushliteral(L, "cannot start the timer's worker thread");
   return 2;
@@ -242,9 +253,10 @@ static int timer_timeout(lua_State *L) {
 
 static int timer_every(lua_State *L) {
   check_timer(L, 1);
+  luaL_argcheck(L, luaL_checknumber(L, 2) > 0, 2, "interval must be > 0");
   uint64_t interval_ns = check_delay_ns(L, 2, "interval");
-  luaL_argcheck(L, interval_ns > 0, 2, "interval must be > 0");
   if (interval_ns == ENGINE_NEVER) return schedule(L, ENGINE_NEVER, ENGINE_MAX_DELAY_NS);
+  if (interval_ns == 0) interval_ns = 1;         /* below a nanosecond */
   return schedule(L, interval_ns, interval_ns);
 }
 
@@ -298,8 +310,10 @@ static int timer_pending(lua_State *L) {
   return 1;
 }
 
+/* The real clock reads as hwt.now(); a manual one counts from 0. */
 static int timer_now(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
+  if (!tm->manual_clock) return hwt_now(L);
   check_running(L, tm);
   lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
   return 1;
@@ -406,10 +420,12 @@ static lua_Number option_number(lua_State *L, const char *key) {
   return lua_tonumber(L, -1);
 }
 
-static lua_Integer option_integer(lua_State *L, const char *key, lua_Integer lo, lua_Integer hi) {
+/* `expected` says the range in words, for the error message. */
+static lua_Integer option_integer(lua_State *L, const char *key, lua_Number lo,
+                                  lua_Number hi, const char *expected) {
   lua_Number value = option_number(L, key);
-  if (!(value >= (lua_Number)lo && value <= (lua_Number)hi) || value != floor(value))
-    luaL_error(L, "bad option '%s' to 'new' (integer in [%d, %d] expected)", key, (int)lo, (int)hi);
+  if (!(value >= lo && value <= hi) || value != floor(value))
+    luaL_error(L, "bad option '%s' to 'new' (%s expected)", key, expected);
   return (lua_Integer)value;
 }
 
@@ -424,9 +440,9 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
           opts->tick <= ENGINE_MAX_DELAY_NS / NS_PER_SEC))
       luaL_error(L, "bad option 'tick' to 'new' (seconds >= 1e-06 expected, got %f)", opts->tick);
   } else if (strcmp(key, "wheel_size") == 0) {
-    opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX);
+    opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX, "integer from 1 to 2^30");
   } else if (strcmp(key, "max_pending") == 0) {
-    opts->max_pending = option_integer(L, key, 0, INT32_MAX);
+    opts->max_pending = option_integer(L, key, 0, (lua_Number)LUA_MAXINTEGER, "integer >= 0");
   } else if (strcmp(key, "on_error") == 0) {
     if (!is_callable(L, -1))
       luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));
@@ -470,11 +486,6 @@ static int hwt_new(lua_State *L) {
   engine_release(eng);                           /* the queue holds it now */
   if (result != TQ_OK) return luaL_error(L, "cannot create the timer's wake-up descriptor");
   tm->initialized = true;
-  return 1;
-}
-
-static int hwt_now(lua_State *L) {
-  lua_pushnumber(L, ns_to_seconds(engine_monotonic_ns()));
   return 1;
 }
 

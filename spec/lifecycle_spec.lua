@@ -1,0 +1,391 @@
+-- Lifecycle specs: stop(), <close>, garbage collection, closing the Lua state
+-- (in a child process) and worker threads that must not leak.
+local hwt = require("hwt")
+
+local sleeper = hwt.new()            -- nothing pending: wait(s) sleeps s seconds
+local function sleep(seconds)
+  local deadline = hwt.now() + seconds
+  while true do
+    local left = deadline - hwt.now()
+    if left <= 0 then return end
+    sleeper:wait(left)
+  end
+end
+
+local function noop() end
+
+-- Threads of this process (the entries of /proc/self/task).
+local function threads()
+  for line in io.lines("/proc/self/status") do
+    local n = line:match("^Threads:%s*(%d+)")
+    if n then return tonumber(n) end
+  end
+  error("no Threads: line in /proc/self/status")
+end
+
+-- A joined thread may linger in /proc for a moment: poll up to `limit` s.
+local function threads_settle(at_most, limit)
+  local deadline = hwt.now() + (limit or 2)
+  local n = threads()
+  while n > at_most and hwt.now() < deadline do
+    sleep(0.01)
+    n = threads()
+  end
+  return n
+end
+
+local function full_gc()
+  collectgarbage()
+  collectgarbage()
+end
+
+local function pid()
+  local f = assert(io.open("/proc/self/stat", "r"))
+  local line = f:read("l")
+  f:close()
+  return assert(line:match("^(%d+)"))
+end
+
+local function open_fds()
+  local p = assert(io.popen("ls /proc/" .. pid() .. "/fd"))
+  local n = 0
+  for _ in p:lines() do n = n + 1 end
+  p:close()
+  return n
+end
+
+local function expect_error(pattern, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error matching " .. pattern)
+  assert.matches(pattern, tostring(err))
+end
+
+-- Runs `code` in a child interpreter that loads this very build of hwt.
+-- Returns stdout, stderr, and the three results of close().
+local function run_child(code)
+  local lua = os.getenv("HWT_LUA") or "lua5.4"
+  local script, errfile = os.tmpname(), os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(("package.path = %q\npackage.cpath = %q\n"):format(package.path, package.cpath))
+  f:write(code)
+  f:close()
+  local p = assert(io.popen(("%s %s 2>%s"):format(lua, script, errfile), "r"))
+  local out = p:read("a")
+  local ok, how, status = p:close()
+  local e = assert(io.open(errfile, "r"))
+  local err = e:read("a")
+  e:close()
+  os.remove(script)
+  os.remove(errfile)
+  return out, err, ok, how, status
+end
+
+-- Timers with thousands of pending timeouts, periodic ones, timeouts
+-- scheduled from inside `every` tasks, a due-but-unpolled one, a sleeping
+-- coroutine, a manual timer and a to-be-closed one, all left pending.
+local CHILD_SETUP = [[
+local hwt = require("hwt")
+math.randomseed(tonumber(arg and arg[1]) or 7)
+local timers = {}
+for k = 1, 3 do
+  local t = hwt.new({ tick = k == 1 and 1e-5 or 0.001 })
+  timers[k] = t
+  for i = 1, 2000 do t:timeout(math.random() * 0.2, function() end) end
+  for i = 1, 500 do t:timeout(100 + i, function() end) end
+  for i = 1, 20 do
+    t:every(0.001 * i, function(to)
+      to:timer():timeout(math.random() * 5, function() end)
+      to:timer():every(0.002, function() end)
+    end)
+  end
+  t:timeout(math.huge, function() end)
+end
+local busy = hwt.new({ tick = 1e-6 })
+busy:every(1e-6, function() end)
+for i = 1, 1000 do busy:timeout(i * 1e-5, function() end) end
+local m = hwt.new({ clock = "manual" })
+for i = 1, 3000 do m:timeout(i * 0.01, function() end) end
+m:every(0.5, function(to) to:timer():timeout(1, function() end) end)
+m:advance(3)
+local deadline = hwt.now() + 0.1
+while hwt.now() < deadline do
+  for _, t in ipairs(timers) do
+    if t:wait(0.002) then t:poll(100) end
+  end
+end
+timers[1]:timeout(0, function() end)
+assert(timers[1]:wait(1))                    -- due, never polled
+coroutine.wrap(function() timers[2]:sleep(50) end)()
+local closing <close> = hwt.new()
+closing:timeout(30, function() end)
+local dropped = hwt.new()
+for i = 1, 100 do dropped:timeout(i, function() end) end
+dropped = nil
+collectgarbage()
+io.write("pending:", timers[1]:pending() + timers[2]:pending() + m:pending(), "\n")
+]]
+
+describe("lifecycle", function()
+  it("stop() joins the worker and returns the unrun timeouts in deadline order", function()
+    full_gc()
+    local base = threads()
+    local t = hwt.new({ tick = 0.001 })
+    local ran = t:timeout(0.001, noop)
+    assert.is_true(t:wait(2))
+    assert.equals(1, t:poll())
+    assert.is_true(threads() >= base + 1)        -- the worker is running
+    local d5 = t:timeout(5, noop)
+    local d1 = t:timeout(1, noop)
+    local never = t:timeout(math.huge, noop)
+    local d3 = t:timeout(3, noop)
+    local gone = t:timeout(2, noop)
+    assert.is_true(gone:cancel())
+    local p4 = t:every(4, noop)                  -- periodic that never ran
+    local d1b = t:timeout(1, noop)               -- same delay, later
+    local list = t:stop()
+    assert.is_table(list)
+    assert.equals(6, #list)
+    local expected = { d1, d1b, d3, p4, d5, never }
+    for i, to in ipairs(expected) do
+      assert.is_true(rawequal(to, list[i]), "entry " .. i)
+      assert.is_true(to:is_cancelled())
+      assert.is_false(to:is_expired())
+      assert.is_false(to:cancel())
+      assert.equals(0, to:remaining())
+    end
+    assert.is_false(ran:is_cancelled())
+    assert.is_true(ran:is_expired())
+    assert.equals(0, t:pending())
+    local s = t:stats()
+    assert.is_true(s.stopped)
+    assert.equals(7, s.cancelled)
+    assert.equals(1, s.fired)
+    assert.is_true(threads_settle(base) <= base)   -- worker joined
+    expect_error("timer is stopped", t.timeout, t, 1, noop)
+    expect_error("timer is stopped", t.every, t, 1, noop)
+    assert.equals(0, t:poll())
+    assert.is_false(t:wait(0.01))
+  end)
+
+  it("stop() leaves out a periodic timeout that already ran (it is simply ended)", function()
+    local t = hwt.new({ tick = 0.001 })
+    local runs = 0
+    local p = t:every(0.005, function() runs = runs + 1 end)
+    local other = t:timeout(10, noop)
+    assert.is_true(t:wait(2))
+    assert.equals(1, t:poll())
+    assert.equals(1, runs)
+    local list = t:stop()
+    assert.equals(1, #list)
+    assert.is_true(rawequal(other, list[1]))
+    assert.is_true(p:is_expired())
+    assert.is_false(p:cancel())
+    assert.equals(1, runs)
+  end)
+
+  it("stop() twice: the second call returns an empty array", function()
+    local t = hwt.new()
+    t:timeout(1, noop)
+    t:timeout(2, noop)
+    assert.equals(2, #t:stop())
+    local again = t:stop()
+    assert.is_table(again)
+    assert.equals(0, #again)
+    assert.is_nil(next(again))
+    assert.equals(0, t:pending())
+    local fresh = hwt.new()
+    local none = fresh:stop()
+    assert.is_table(none)
+    assert.equals(0, #none)
+  end)
+
+  it("a <close> timer is stopped on scope exit", function()
+    full_gc()
+    local base = threads()
+    local keep, pend
+    do
+      local t <close> = hwt.new({ tick = 0.001 })
+      keep = t
+      pend = t:timeout(10, noop)
+      assert.is_true(threads() >= base + 1)
+      assert.equals(1, t:pending())
+    end
+    assert.is_true(keep:stats().stopped)
+    assert.is_true(pend:is_cancelled())
+    assert.equals(0, keep:pending())
+    expect_error("timer is stopped", keep.timeout, keep, 1, noop)
+    assert.equals(0, #keep:stop())
+    assert.is_true(threads_settle(base) <= base)
+    -- also on an error leaving the scope
+    local keep2, pend2
+    local ok = pcall(function()
+      local t <close> = hwt.new()
+      keep2, pend2 = t, t:timeout(10, noop)
+      error("leave")
+    end)
+    assert.is_false(ok)
+    assert.is_true(keep2:stats().stopped)
+    assert.is_true(pend2:is_cancelled())
+    expect_error("timer is stopped", keep2.timeout, keep2, 1, noop)
+  end)
+
+  it("a timer garbage-collected with pending timeouts does not crash, and a new timer works", function()
+    full_gc()
+    local base = threads()
+    do
+      local t = hwt.new({ tick = 0.001 })
+      for i = 1, 2000 do t:timeout(i * 0.0005, noop) end
+      for i = 1, 10 do t:every(0.001 * i, function(to) to:timer():timeout(1, noop) end) end
+      t:timeout(math.huge, noop)
+      t:timeout(0, noop)
+      assert.is_true(t:wait(2))                  -- a due, unpolled timeout too
+      t:poll(5)
+      local m = hwt.new({ clock = "manual" })
+      for i = 1, 100 do m:timeout(i, noop) end
+      m:advance(10)
+    end
+    full_gc()
+    assert.is_true(threads_settle(base) <= base)
+    local t2 = hwt.new({ tick = 0.001 })
+    local ran = 0
+    t2:timeout(0.01, function() ran = ran + 1 end)
+    assert.equals(1, t2:run())
+    assert.equals(1, ran)
+    t2:stop()
+  end)
+
+  for _, ending in ipairs({ "os.exit(0, true)", "falling off the end" }) do
+    it("a child Lua state closed with timeouts pending exits 0 (" .. ending .. ")", function()
+      local code = CHILD_SETUP .. 'io.write("CHILD-DONE\\n")\nio.flush()\n'
+      if ending ~= "falling off the end" then code = code .. ending .. "\n" end
+      for round = 1, 2 do
+        local out, err, ok, how, status = run_child(code)
+        assert.equals("exit", how, err)
+        assert.equals(0, status, "stderr: " .. err)
+        assert.is_true(ok)
+        assert.matches("CHILD%-DONE", out, 1)
+        assert.matches("pending:%d+", out)
+        assert.equals("", err, "round " .. round)
+      end
+    end)
+  end
+
+  it("a child whose task raises reports it on stderr with a traceback (default on_error)", function()
+    local code = CHILD_SETUP .. [[
+local t = hwt.new({ tick = 0.001 })
+local after = false
+t:timeout(0, function() error("kaboom-in-task") end)
+t:timeout(0, function() after = true end)
+t:timeout(60, function() end)
+assert(t:wait(2))
+local n = t:poll()
+io.write("ran:", n, " after:", tostring(after), "\n")
+io.write("CHILD-DONE\n")
+os.exit(0, true)
+]]
+    local out, err, ok, how, status = run_child(code)
+    assert.equals("exit", how)
+    assert.equals(0, status, "stderr: " .. err)
+    assert.is_true(ok)
+    assert.matches("CHILD%-DONE", out)
+    assert.matches("ran:2 after:true", out, 1, true)
+    assert.matches("hwt:", err, 1, true)
+    assert.matches("kaboom-in-task", err, 1, true)
+    assert.matches("stack traceback", err, 1, true)
+  end)
+
+  it("stop() inside a task returns the due-but-not-started siblings and joins the worker", function()
+    full_gc()
+    local base = threads()
+    local t = hwt.new({ tick = 0.001 })
+    local log, result = {}, nil
+    local a = t:timeout(0.01, function(to)
+      log[#log + 1] = "a"
+      result = to:timer():stop()
+    end)
+    local b = t:timeout(0.01, function() log[#log + 1] = "b" end)
+    local c = t:timeout(5, function() log[#log + 1] = "c" end)
+    sleep(0.1)                                 -- both a and b are due
+    assert.is_true(t:wait(1))
+    assert.equals(1, t:poll())
+    assert.same({ "a" }, log)
+    assert.is_table(result)
+    assert.equals(2, #result)
+    assert.is_true(rawequal(b, result[1]))
+    assert.is_true(rawequal(c, result[2]))
+    assert.is_true(a:is_expired())
+    assert.is_false(a:is_cancelled())
+    assert.is_true(b:is_cancelled())
+    assert.is_false(b:is_expired())
+    assert.is_false(b:cancel())
+    assert.is_true(c:is_cancelled())
+    assert.equals(0, t:poll())
+    assert.same({ "a" }, log)
+    assert.equals(0, t:pending())
+    assert.is_true(t:stats().stopped)
+    expect_error("timer is stopped", t.timeout, t, 0, noop)
+    assert.equals(0, #t:stop())
+    assert.is_true(threads_settle(base) <= base)
+  end)
+
+  it("stop() inside a periodic task ends the series", function()
+    local t = hwt.new({ tick = 0.001 })
+    local runs, result = 0, nil
+    local p = t:every(0.005, function(to)
+      runs = runs + 1
+      result = to:timer():stop()
+    end)
+    assert.equals(1, t:run())
+    assert.equals(1, runs)
+    assert.equals(0, #result)
+    assert.is_true(p:is_expired())
+    assert.is_false(p:cancel())
+    assert.equals(0, t:pending())
+  end)
+
+  it("creating and dropping 200 timers leaks neither threads nor descriptors", function()
+    full_gc()
+    local base_threads = threads_settle(threads())
+    local base_fds = open_fds()
+    -- Timers are made in called functions: a dead local in this frame's
+    -- registers would otherwise keep the last one reachable.
+    local function make_timers()
+      local alive = {}
+      for i = 1, 200 do
+        local t = hwt.new({ tick = 0.001 })
+        t:timeout(60, noop)                    -- starts the worker
+        t:every(0.5, noop)
+        if i <= 10 then alive[i] = t end
+      end
+      return alive
+    end
+    local function count_alive_workers()
+      local alive = make_timers()
+      return threads() - base_threads, #alive
+    end
+    local extra_threads, kept = count_alive_workers()
+    assert.equals(10, kept)
+    assert.is_true(extra_threads >= 10)
+    full_gc()
+    assert.is_true(threads_settle(base_threads) <= base_threads,
+      "threads: " .. threads() .. ", baseline " .. base_threads)
+    assert.equals(base_fds, open_fds())
+    -- stop() alone (without collection) joins the worker too
+    local function stop_timers()
+      local stopped = {}
+      for i = 1, 50 do
+        local t = hwt.new({ tick = 0.001 })
+        t:timeout(60, noop)
+        t:stop()
+        stopped[i] = t
+      end
+      return stopped
+    end
+    local stopped = stop_timers()             -- still reachable: not collected
+    assert.equals(50, #stopped)
+    assert.is_true(threads_settle(base_threads) <= base_threads)
+    stopped = nil
+    full_gc()
+    assert.equals(base_fds, open_fds())
+  end)
+end)
