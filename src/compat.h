@@ -5,6 +5,8 @@
 #ifndef HWT_COMPAT_H
 #define HWT_COMPAT_H
 
+#include <math.h>
+
 #include <lauxlib.h>
 #include <lua.h>
 
@@ -52,8 +54,18 @@ static inline void compat_setuservalue(lua_State *L, int idx, int n) {
 
 #endif
 
-#if LUA_VERSION_NUM < 503
+#if LUA_VERSION_NUM >= 503
+#define compat_tointegerx(L, idx, is_integer) lua_tointegerx(L, idx, is_integer)
+#else
 #define LUA_MAXINTEGER PTRDIFF_MAX
+
+/* An integral number that fits lua_Integer (5.3 semantics, for 5.1/5.2). */
+static inline lua_Integer compat_tointegerx(lua_State *L, int idx, int *is_integer) {
+  lua_Number n = lua_tonumber(L, idx);
+  *is_integer = lua_isnumber(L, idx) && n == floor(n) &&
+                n >= -(lua_Number)LUA_MAXINTEGER && n < (lua_Number)LUA_MAXINTEGER;
+  return *is_integer ? (lua_Integer)n : 0;
+}
 #endif
 
 #endif

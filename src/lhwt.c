@@ -421,12 +421,14 @@ static lua_Number option_number(lua_State *L, const char *key) {
 }
 
 /* `expected` says the range in words, for the error message. */
-static lua_Integer option_integer(lua_State *L, const char *key, lua_Number lo,
-                                  lua_Number hi, const char *expected) {
-  lua_Number value = option_number(L, key);
-  if (!(value >= lo && value <= hi) || value != floor(value))
+static lua_Integer option_integer(lua_State *L, const char *key, lua_Integer lo,
+                                  lua_Integer hi, const char *expected) {
+  option_number(L, key);
+  int is_integer;
+  lua_Integer value = compat_tointegerx(L, -1, &is_integer);
+  if (!is_integer || value < lo || value > hi)
     luaL_error(L, "bad option '%s' to 'new' (%s expected)", key, expected);
-  return (lua_Integer)value;
+  return value;
 }
 
 /* Reads the option at the top of the stack, named by the key below it. */
@@ -442,7 +444,7 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
   } else if (strcmp(key, "wheel_size") == 0) {
     opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX, "integer from 1 to 2^30");
   } else if (strcmp(key, "max_pending") == 0) {
-    opts->max_pending = option_integer(L, key, 0, (lua_Number)LUA_MAXINTEGER, "integer >= 0");
+    opts->max_pending = option_integer(L, key, 0, LUA_MAXINTEGER, "integer >= 0");
   } else if (strcmp(key, "on_error") == 0) {
     if (!is_callable(L, -1))
       luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));

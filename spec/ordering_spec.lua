@@ -1,0 +1,502 @@
+-- ordering_spec.lua: a randomized differential test on the manual clock.
+-- A few thousand random operations (timeouts with delays of every kind,
+-- periodic timeouts, cancels, advances, polls with a limit, tasks that spawn,
+-- cancel or raise) run against hwt and against a plain reference model, a
+-- list ordered by (deadline, sequence number). After every step the spec
+-- compares which tasks ran and in what order, the return values, pending(),
+-- stats().due / fired / cancelled, the clock, and a sample of the timeouts'
+-- states; at the end, stop() and "nothing lost".
+--
+-- The model follows /work/shared/API.md and the agreed details:
+--  * seconds -> ns rounded to the nearest, delays clamped to 2^62 ns,
+--    math.huge = never;
+--  * a timeout is due when floor(now / tick) >= ceil(deadline / tick);
+--  * a draining call (poll/advance) runs the due timeouts scheduled before it
+--    began, in (deadline, seq) order, at most `max`;
+--  * a periodic timeout is re-armed after its run with a new sequence number
+--    at the first grid point (first deadline + k * interval) that is after its
+--    last deadline and not before now (missed beats skipped);
+--  * a one-shot is no longer pending while its task runs; a periodic is.
+-- The PRNG is local (a 64-bit LCG), so math.random's state is untouched.
+local hwt = require("hwt")
+
+local NEVER = math.huge
+local MAX_DELAY_NS = 1 << 62
+
+local function make_rng(seed)
+  local state = seed
+  local rng = {}
+  local function step()
+    state = state * 6364136223846793005 + 1442695040888963407
+    return state >> 33                      -- 31 random bits, >= 0
+  end
+  function rng.bits62() return (step() << 31) | step() end
+  function rng.int(lo, hi)                  -- lo..hi inclusive
+    return lo + rng.bits62() % (hi - lo + 1)
+  end
+  function rng.pick(list) return list[rng.int(1, #list)] end
+  return rng
+end
+
+-- Exactly the C conversion: (uint64_t)(seconds * 1e9 + 0.5), clamped.
+local function to_ns(seconds)
+  if seconds == math.huge then return NEVER end
+  local x = seconds * 1e9 + 0.5
+  if x >= MAX_DELAY_NS + 0.0 then return MAX_DELAY_NS end
+  return math.floor(x)
+end
+
+local function ceil_div(a, b) return (a + b - 1) // b end
+
+-- luassert is slow for ~100k checks: compare in plain Lua and hand over to
+-- luassert only on a mismatch, so that the failure is reported as usual.
+local function expect_equal(expected, actual, where)
+  if expected ~= actual then assert.are.equal(expected, actual, where) end
+end
+
+local function expect_same_list(expected, actual, where)
+  local same = #expected == #actual
+  for i = 1, #expected do
+    if expected[i] ~= actual[i] then same = false; break end
+  end
+  if not same then assert.are.same(expected, actual, where) end
+end
+
+-- ---- the reference model ----------------------------------------------------
+
+local Model = {}
+Model.__index = Model
+
+local function new_model(cfg)
+  return setmetatable({
+    cfg = cfg, now = 0, next_seq = 0, live = {}, live_count = 0,
+    entries = {}, fired = 0, cancelled = 0, stopped = false, log = {},
+  }, Model)
+end
+
+function Model:is_due(e)
+  return e.deadline ~= NEVER and not e.running and
+         ceil_div(e.deadline, self.cfg.tick_ns) <= self.now // self.cfg.tick_ns
+end
+
+function Model:due_count()
+  local n = 0
+  for _, e in pairs(self.live) do if self:is_due(e) then n = n + 1 end end
+  return n
+end
+
+function Model:schedule(id, spec)
+  local e = { id = id, spec = spec, runs = 0 }
+  self.entries[id] = e
+  if self.cfg.max_pending > 0 and self.live_count >= self.cfg.max_pending then
+    e.state = "refused"
+    return false
+  end
+  local delay = to_ns(spec.seconds)
+  e.deadline = delay == NEVER and NEVER or self.now + delay
+  e.interval = spec.interval_seconds and to_ns(spec.interval_seconds)
+  e.seq = self.next_seq
+  self.next_seq = self.next_seq + 1
+  e.state = "live"
+  self.live[id] = e
+  self.live_count = self.live_count + 1
+  return true
+end
+
+function Model:unlive(e)
+  self.live[e.id] = nil
+  self.live_count = self.live_count - 1
+end
+
+function Model:cancel(id)
+  local e = self.entries[id]
+  if not e or e.state ~= "live" or self.stopped then return false end
+  if e.running and not e.interval then return false end
+  e.state = "cancelled"
+  if self.live[id] then self:unlive(e) end
+  self.cancelled = self.cancelled + 1
+  return true
+end
+
+function Model:stop()
+  local list = {}
+  if self.stopped then return list end
+  for _, e in pairs(self.live) do list[#list + 1] = e end
+  table.sort(list, function(a, b)
+    if a.deadline ~= b.deadline then return a.deadline < b.deadline end
+    return a.seq < b.seq
+  end)
+  local result = {}
+  for _, e in ipairs(list) do
+    if e.runs > 0 then
+      e.state = "ended"                       -- a periodic that already ran
+    else
+      e.state = "stopped"
+      self.cancelled = self.cancelled + 1
+      result[#result + 1] = e.id
+    end
+  end
+  self.live, self.live_count, self.stopped = {}, 0, true
+  return result
+end
+
+local function next_beat(last, interval, now)
+  local beats = 1
+  if now > last then
+    beats = ceil_div(now - last, interval)
+    if beats == 0 then beats = 1 end
+  end
+  return last + beats * interval
+end
+
+-- `perform(e)` runs the task's action on the model side.
+function Model:drain(max, perform)
+  if self.stopped then return 0 end
+  local limit = self.next_seq
+  local ran = 0
+  while ran < max and not self.stopped do
+    local best
+    for _, e in pairs(self.live) do
+      if e.seq < limit and self:is_due(e) and
+         (not best or e.deadline < best.deadline or
+          (e.deadline == best.deadline and e.seq < best.seq)) then
+        best = e
+      end
+    end
+    if not best then break end
+    ran = ran + 1
+    self.fired = self.fired + 1
+    best.runs = best.runs + 1
+    best.running = true
+    if not best.interval then
+      self:unlive(best)
+      best.state = "ran"
+    end
+    perform(best)
+    best.running = false
+    if best.interval and best.state == "live" and not self.stopped then
+      best.deadline = next_beat(best.deadline, best.interval, self.now)
+      best.seq = self.next_seq
+      self.next_seq = self.next_seq + 1
+    end
+  end
+  return ran
+end
+
+-- ---- the random scenario ---------------------------------------------------------
+
+local function gen_delay_ns(rng, cfg, now)
+  local tick, w = cfg.tick_ns, cfg.wheel_size
+  local r = rng.int(1, 100)
+  if r <= 8 then return 0
+  elseif r <= 20 then return rng.int(1, tick - 1)                       -- sub-tick
+  elseif r <= 38 then return tick * rng.int(1, 3 * w)                   -- exact multiple
+  elseif r <= 50 then return w * tick + rng.pick({ -tick, -1, 0, 1, tick })
+  elseif r <= 60 then                                                   -- on / around a boundary
+    local to_boundary = tick - now % tick
+    local d = to_boundary + tick * rng.int(0, 2 * w) + rng.pick({ -1, 0, 0, 1 })
+    return d < 0 and 0 or d
+  elseif r <= 74 then return rng.int(0, 4 * w * tick)
+  elseif r <= 87 then return rng.int(0, 64 * w * tick)                  -- level 1
+  elseif r <= 95 then return rng.int(0, 64 * 64 * w * tick)             -- level 2
+  elseif r <= 98 then return "huge"
+  else return "never" end
+end
+
+local function seconds_of(d)
+  if d == "huge" then return 1e300 end
+  if d == "never" then return math.huge end
+  return d / 1e9
+end
+
+local function gen_advance_ns(rng, cfg, now)
+  local tick, w = cfg.tick_ns, cfg.wheel_size
+  local r = rng.int(1, 100)
+  if r <= 5 then return 0
+  elseif r <= 25 then return rng.int(1, tick - 1)
+  elseif r <= 40 then return tick - now % tick                           -- to the next boundary
+  elseif r <= 50 then return tick - now % tick + rng.pick({ -1, 1 })
+  elseif r <= 70 then return tick * rng.int(1, w)
+  elseif r <= 85 then return rng.int(0, 8 * w * tick)
+  elseif r <= 95 then return rng.int(0, 128 * w * tick)
+  else return rng.int(0, 64 * 64 * w * tick) end
+end
+
+local function run_scenario(cfg)
+  local rng = make_rng(cfg.seed)
+  local model = new_model(cfg)
+  local real_log = {}
+  local handles, id_of, specs, real_runs = {}, {}, {}, {}
+  local next_id = 1
+  local timer
+
+  local function gen_spec(depth, periodic)
+    local id = next_id
+    next_id = next_id + 1
+    local spec = { id = id }
+    if periodic then
+      local tick, w = cfg.tick_ns, cfg.wheel_size
+      local r = rng.int(1, 3)
+      local interval = r == 1 and rng.int(1, tick - 1) or r == 2 and tick * rng.int(1, 2 * w)
+                       or rng.int(1, 4 * w * tick)
+      spec.interval_seconds = interval / 1e9
+      spec.seconds = spec.interval_seconds
+      local a = rng.int(1, 100)
+      if a <= 15 then spec.action = { kind = "error" }
+      elseif a <= 35 then spec.action = { kind = "cancel_self_at", run = rng.int(1, 4) }
+      else spec.action = { kind = "none" } end
+    else
+      spec.seconds = seconds_of(gen_delay_ns(rng, cfg, model.now))
+      local a = rng.int(1, 100)
+      if a <= 8 and depth < 3 then
+        spec.action = { kind = "spawn", child = gen_spec(depth + 1, false) }
+      elseif a <= 12 and depth < 3 then
+        local child = gen_spec(depth + 1, false)
+        specs[child].seconds = 0
+        spec.action = { kind = "spawn", child = child }
+      elseif a <= 22 then
+        spec.action = { kind = "cancel", target = rng.int(1, next_id - 1) }
+      elseif a <= 27 then
+        spec.action = { kind = "error" }
+      else
+        spec.action = { kind = "none" }
+      end
+    end
+    specs[id] = spec
+    return id
+  end
+
+  -- the real side ------------------------------------------------------------
+  local real_task
+  local function real_schedule(id)
+    local spec = specs[id]
+    local t, err
+    if spec.interval_seconds then
+      t, err = timer:every(spec.interval_seconds, real_task, id)
+    else
+      t, err = timer:timeout(spec.seconds, real_task, id)
+    end
+    if t then
+      handles[id] = t
+      id_of[t] = id
+    else
+      assert(err:find("too many pending timeouts", 1, true), err)
+      real_log[#real_log + 1] = "X" .. id
+    end
+  end
+
+  real_task = function(t, id)
+    real_runs[id] = (real_runs[id] or 0) + 1
+    local entry = "R" .. id .. "/" .. timer:pending()
+    if not rawequal(t, handles[id]) then entry = entry .. "!self" end
+    real_log[#real_log + 1] = entry
+    local action = specs[id].action
+    if action.kind == "spawn" then
+      real_schedule(action.child)
+    elseif action.kind == "cancel" then
+      local h = handles[action.target]
+      real_log[#real_log + 1] = "C" .. action.target .. "=" .. (h and tostring(h:cancel()) or "nil")
+    elseif action.kind == "cancel_self_at" then
+      if real_runs[id] == action.run then
+        real_log[#real_log + 1] = "C" .. id .. "=" .. tostring(t:cancel())
+      end
+    elseif action.kind == "stop" then
+      local ids = {}
+      for _, h in ipairs(timer:stop()) do ids[#ids + 1] = id_of[h] or "?" end
+      real_log[#real_log + 1] = "S:" .. table.concat(ids, ",")
+    elseif action.kind == "error" then
+      error({ id = id })
+    end
+  end
+
+  timer = hwt.new({
+    clock = "manual", tick = cfg.tick_ns / 1e9, wheel_size = cfg.wheel_size,
+    max_pending = cfg.max_pending,
+    on_error = function(err, t)
+      local ok = type(err) == "table" and rawequal(t, handles[err.id])
+      real_log[#real_log + 1] = "E" .. (type(err) == "table" and err.id or tostring(err)) .. (ok and "" or "!")
+    end,
+  })
+
+  -- the model side ----------------------------------------------------------------
+  local model_log = model.log
+  local function model_schedule(id)
+    if not model:schedule(id, specs[id]) then model_log[#model_log + 1] = "X" .. id end
+  end
+  local function perform(e)
+    model_log[#model_log + 1] = "R" .. e.id .. "/" .. model.live_count
+    local action = e.spec.action
+    if action.kind == "spawn" then
+      model_schedule(action.child)
+    elseif action.kind == "cancel" then
+      local target = model.entries[action.target]
+      local result = (target and target.state ~= "refused") and tostring(model:cancel(action.target)) or "nil"
+      model_log[#model_log + 1] = "C" .. action.target .. "=" .. result
+    elseif action.kind == "cancel_self_at" then
+      if e.runs == action.run then
+        model_log[#model_log + 1] = "C" .. e.id .. "=" .. tostring(model:cancel(e.id))
+      end
+    elseif action.kind == "stop" then
+      model_log[#model_log + 1] = "S:" .. table.concat(model:stop(), ",")
+    elseif action.kind == "error" then
+      model_log[#model_log + 1] = "E" .. e.id
+    end
+  end
+
+  -- comparison ----------------------------------------------------------------------
+  local function compare(step, what)
+    local where = ("seed %d step %d (%s)"):format(cfg.seed, step, what)
+    expect_same_list(model_log, real_log, where .. ": tasks run / logged")
+    for i = #real_log, 1, -1 do real_log[i] = nil end
+    for i = #model_log, 1, -1 do model_log[i] = nil end
+    expect_equal(model.live_count, timer:pending(), where .. ": pending()")
+    local s = timer:stats()
+    expect_equal(model.live_count, s.pending, where .. ": stats().pending")
+    expect_equal(model:due_count(), s.due, where .. ": stats().due")
+    expect_equal(model.fired, s.fired, where .. ": stats().fired")
+    expect_equal(model.cancelled, s.cancelled, where .. ": stats().cancelled")
+    if not model.stopped then
+      expect_equal(model.now / 1e9, timer:now(), where .. ": now()")
+    end
+  end
+
+  local function compare_timeout(step, id)
+    local e, h = model.entries[id], handles[id]
+    if not e or e.state == "refused" then
+      assert.is_nil(h, "refused timeout " .. id .. " got a handle")
+      return
+    end
+    local where = ("seed %d step %d timeout %d"):format(cfg.seed, step, id)
+    expect_equal(e.runs > 0, h:is_expired(), where .. ": is_expired()")
+    expect_equal(e.state == "cancelled" or e.state == "stopped", h:is_cancelled(), where .. ": is_cancelled()")
+    local remaining = 0
+    if e.state == "live" and not model:is_due(e) then
+      -- the deadline may have passed while the clock is mid-tick: 0 then
+      remaining = e.deadline == NEVER and math.huge or math.max(0, e.deadline - model.now) / 1e9
+    end
+    expect_equal(remaining, h:remaining(), where .. ": remaining()")
+  end
+
+  -- the run ---------------------------------------------------------------------------
+  for step = 1, cfg.steps do
+    local r = rng.int(1, 100)
+    local what
+    if r <= 40 then
+      local n = rng.int(1, 3)
+      what = "schedule " .. n
+      for _ = 1, n do
+        local id = gen_spec(0, rng.int(1, 100) <= 4)
+        real_schedule(id)
+        model_schedule(id)
+      end
+    elseif r <= 52 then
+      -- cancel, mostly a live one
+      local id
+      local live_ids = {}
+      for lid in pairs(model.live) do live_ids[#live_ids + 1] = lid end
+      table.sort(live_ids)
+      if #live_ids > 0 and rng.int(1, 4) > 1 then id = live_ids[rng.int(1, #live_ids)]
+      elseif next_id > 1 then id = rng.int(1, next_id - 1) end
+      what = "cancel " .. tostring(id)
+      if id and handles[id] then
+        local expected = model:cancel(id)
+        expect_equal(expected, handles[id]:cancel(), ("seed %d step %d: cancel(%d)"):format(cfg.seed, step, id))
+      end
+    elseif r <= 85 then
+      local amount = gen_advance_ns(rng, cfg, model.now)
+      what = "advance " .. amount .. " ns"
+      local seconds = amount / 1e9
+      model.now = model.now + to_ns(seconds)
+      local expected = model:drain(math.maxinteger, perform)
+      expect_equal(expected, timer:advance(seconds), ("seed %d step %d: advance's return"):format(cfg.seed, step))
+    else
+      local max = rng.pick({ 0, 1, 1, 2, 3, 5, false })
+      what = "poll " .. tostring(max)
+      local expected = model:drain(max or math.maxinteger, perform)
+      local got = max and timer:poll(max) or timer:poll()
+      expect_equal(expected, got, ("seed %d step %d: poll's return"):format(cfg.seed, step))
+    end
+    compare(step, what)
+    -- a sample of handles
+    for _ = 1, 3 do
+      if next_id > 1 then compare_timeout(step, rng.int(1, next_id - 1)) end
+    end
+  end
+
+  -- the end: stop(), directly or from inside a task --------------------------------------
+  local stopped_ids
+  if cfg.stop_inside then
+    local id = next_id
+    next_id = next_id + 1
+    specs[id] = { id = id, seconds = 0, action = { kind = "stop" } }
+    real_schedule(id)
+    model_schedule(id)
+    local amount = cfg.tick_ns - model.now % cfg.tick_ns
+    model.now = model.now + amount
+    local expected = model:drain(math.maxinteger, perform)
+    assert.are.equal(expected, timer:advance(amount / 1e9))
+    compare(cfg.steps + 1, "stop inside a task")
+  else
+    local ids = {}
+    for _, h in ipairs(timer:stop()) do ids[#ids + 1] = id_of[h] or "?" end
+    real_log[#real_log + 1] = "S:" .. table.concat(ids, ",")
+    model_log[#model_log + 1] = "S:" .. table.concat(model:stop(), ",")
+    compare(cfg.steps + 1, "stop")
+  end
+  assert.is_true(model.stopped)
+  assert.are.same({}, timer:stop())
+  assert.are.equal(0, timer:advance(1))
+  assert.are.equal(0, timer:pending())
+
+  -- nothing lost: every one-shot ran once, was cancelled, or was returned by stop()
+  stopped_ids = {}
+  for id, e in pairs(model.entries) do
+    if e.state == "stopped" then stopped_ids[id] = true end
+  end
+  local counted = 0
+  for id = 1, next_id - 1 do
+    local e, h = model.entries[id], handles[id]
+    if e and e.state ~= "refused" then
+      counted = counted + 1
+      compare_timeout(cfg.steps + 2, id)
+      local ran = (real_runs[id] or 0) > 0
+      if not e.interval then
+        local ways = (ran and 1 or 0) + (h:is_cancelled() and 1 or 0)
+        assert.are.equal(1, ways, "timeout " .. id .. " did not end exactly one way")
+        assert.is_true((real_runs[id] or 0) <= 1, "timeout " .. id .. " ran twice")
+      end
+      if stopped_ids[id] then
+        assert.is_false(ran)
+        assert.is_true(h:is_cancelled())
+      end
+    end
+  end
+  return counted
+end
+
+describe("differential test against a reference model (manual clock)", function()
+  local configs = {
+    { seed = 1, tick_ns = 1000000, wheel_size = 8, max_pending = 0, steps = 2500, stop_inside = false },
+    { seed = 2, tick_ns = 10000000, wheel_size = 4, max_pending = 0, steps = 2500, stop_inside = true },
+    { seed = 3, tick_ns = 1000000, wheel_size = 64, max_pending = 40, steps = 2000, stop_inside = true },
+    { seed = 4, tick_ns = 1000, wheel_size = 1, max_pending = 0, steps = 2000, stop_inside = false },
+    { seed = 5, tick_ns = 7000000, wheel_size = 16, max_pending = 12, steps = 2000, stop_inside = false },
+  }
+  for _, cfg in ipairs(configs) do
+    it(("seed %d: tick %d ns, wheel %d, max_pending %d, %d steps, stop %s"):format(
+        cfg.seed, cfg.tick_ns, cfg.wheel_size, cfg.max_pending, cfg.steps,
+        cfg.stop_inside and "inside a task" or "at the end"), function()
+      local counted = run_scenario(cfg)
+      assert.is_true(counted > cfg.steps / 2, "too few timeouts were exercised: " .. counted)
+    end)
+  end
+
+  it("the reference PRNG is deterministic and independent of math.random", function()
+    local a, b = make_rng(42), make_rng(42)
+    math.randomseed(1)
+    local x = a.int(1, 1000000)
+    math.randomseed(2)
+    assert.are.equal(x, b.int(1, 1000000))
+    assert.are_not.equal(make_rng(43).int(1, 1000000), x)
+  end)
+end)
