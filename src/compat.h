@@ -6,6 +6,7 @@
 #define HWT_COMPAT_H
 
 #include <math.h>
+#include <stdint.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -26,6 +27,23 @@
 #define lua_rawlen(L, idx) lua_objlen(L, idx)
 #define luaL_setfuncs(L, reg, nup) luaL_register(L, NULL, reg)
 #define luaL_newlib(L, reg) (lua_newtable(L), luaL_register(L, NULL, reg))
+#define luaL_setmetatable(L, name) (luaL_getmetatable(L, name), lua_setmetatable(L, -2))
+
+/* 5.1 has no luaL_traceback: ask debug.traceback, or keep the message. */
+static inline void luaL_traceback(lua_State *L, lua_State *L1, const char *msg, int level) {
+  (void)L1;
+  lua_getglobal(L, "debug");
+  if (lua_istable(L, -1)) lua_getfield(L, -1, "traceback");
+  if (!lua_isfunction(L, -1)) {
+    lua_settop(L, lua_gettop(L) - (lua_istable(L, -2) ? 2 : 1));
+    lua_pushstring(L, msg);
+    return;
+  }
+  lua_remove(L, -2);
+  lua_pushstring(L, msg);
+  lua_pushinteger(L, level + 1);
+  lua_call(L, 2, 1);
+}
 #else
 #define compat_setuvtable(L, idx) lua_setuservalue(L, idx)
 #define compat_getuvtable(L, idx) lua_getuservalue(L, idx)
