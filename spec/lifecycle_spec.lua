@@ -2,15 +2,7 @@
 -- (in a child process) and worker threads that must not leak.
 local hwt = require("hwt")
 
-local sleeper = hwt.new()            -- nothing pending: wait(s) sleeps s seconds
-local function sleep(seconds)
-  local deadline = hwt.now() + seconds
-  while true do
-    local left = deadline - hwt.now()
-    if left <= 0 then return end
-    sleeper:wait(left)
-  end
-end
+local sleep = require("support").sleep
 
 local function noop() end
 

@@ -6,17 +6,7 @@ local hwt = require("hwt")
 local EPS = 1e-9          -- "never early" at nanosecond resolution
 local LATE = 0.5          -- loose bound on lateness (OS scheduling, load)
 
--- A timer with nothing pending: wait(s) just sleeps s seconds. Used to pass
--- time without touching the timer under test.
-local sleeper = hwt.new()
-local function sleep(seconds)
-  local deadline = hwt.now() + seconds
-  while true do
-    local left = deadline - hwt.now()
-    if left <= 0 then return end
-    sleeper:wait(left)
-  end
-end
+local sleep = require("support").sleep
 
 -- eventfd counter of fd, from /proc/self/fdinfo (nonzero = readable).
 local function eventfd_count(fd)
