@@ -162,9 +162,7 @@ void engine_release(engine *eng) {
   free(eng);
 }
 
-uint64_t engine_tick_ns(const engine *eng) { return eng->tick_ns; }
 uint32_t engine_wheel_size(const engine *eng) { return eng->wheel.size; }
-bool engine_is_manual(const engine *eng) { return eng->manual_clock; }
 
 /* ---- due lists ------------------------------------------------------- */
 

@@ -19,7 +19,11 @@
  * early; delays are clamped to ENGINE_MAX_DELAY_NS; ENGINE_NEVER means never.
  *
  * Threads: every tq_* call may come from any thread; the mutex is held only
- * for list work, never while sleeping or while a task runs.
+ * for list work (O(1) per timeout, plus sorting the timeouts that fall due
+ * in the same tick), never while sleeping or while a task runs.
+ *
+ * fork(): in the child, an engine forgets its worker (there is none) and
+ * starts a new one with the next timeout; nothing waits for the parent's.
  */
 #ifndef HWT_ENGINE_H
 #define HWT_ENGINE_H
@@ -83,10 +87,9 @@ enum tq_result { TQ_OK = 0, TQ_STOPPED, TQ_FULL, TQ_NO_THREAD, TQ_NO_MEMORY };
 engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock);
 void engine_release(engine *eng);         /* the last one joins the worker */
 uint64_t engine_now(engine *eng);
-uint64_t engine_tick_ns(const engine *eng);
 uint32_t engine_wheel_size(const engine *eng);
-bool engine_is_manual(const engine *eng);
-/* Manual clock only: moves time forward by delta_ns (saturating). */
+/* Manual clock only: moves time forward by delta_ns, up to
+ * ENGINE_MAX_DELAY_NS in all, and brings the wheel up to the new time. */
 void engine_advance_manual(engine *eng, uint64_t delta_ns);
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t engine_monotonic_ns(void);

@@ -4,6 +4,8 @@
  */
 #define _GNU_SOURCE
 #include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +247,32 @@ static void test_cancel_races_worker(void) {
   free(t);
 }
 
+/* A timer whose worker runs in the parent keeps working in a forked child. */
+static void test_fork_child_gets_new_worker(void) {
+  engine *eng = engine_new(TICK_1MS, 64, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout parent_far = {0}, child_soon = {0};
+  CHECK(tq_schedule(&q, &parent_far, 60000 * MS, 0) == TQ_OK);   /* worker runs */
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(10);                                     /* a hang fails the test */
+    bool ok = tq_schedule(&q, &child_soon, 5 * MS, 0) == TQ_OK;
+    struct pollfd p = {.fd = tq_fd(&q), .events = POLLIN};
+    ok = ok && poll(&p, 1, 5000) == 1;             /* only the worker signals */
+    timeout *out[2];
+    ok = ok && drain(&q, out, 2) == 1 && out[0] == &child_soon;
+    tq_destroy(&q);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(tq_pending(&q) == 1);                      /* the parent is untouched */
+  tq_destroy(&q);
+}
+
 typedef struct test_case {
   const char *name;
   void (*run)(void);
@@ -259,6 +287,7 @@ static const test_case tests[] = {
   {"worker_signals_fd", test_worker_signals_fd},
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
+  {"fork_child_gets_new_worker", test_fork_child_gets_new_worker},
 };
 
 int main(void) {
