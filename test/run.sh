@@ -68,7 +68,7 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   runtime="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  export TSAN_OPTIONS="halt_on_error=1:die_after_fork=0"   # fork test: the child starts a worker
+  export TSAN_OPTIONS="halt_on_error=1"
   run_c_tests build/asan
   run_c_tests build/tsan
   # Debian's lua is not instrumented: preload the runtimes for it alone.
