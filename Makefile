@@ -6,13 +6,14 @@ CC         ?= cc
 CFLAGS     ?= -O2 -g
 WARNINGS   := -std=c11 -Wall -Wextra -Wpedantic -Werror
 LUA_CFLAGS  = $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null)
+LUA_LIBS    = $(shell pkg-config --libs $(LUA_PC) 2>/dev/null)
 SANITIZE   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
 CORE_HDR   := src/wheel.h src/engine.h src/compat.h
 BUILD      := build
 
-.PHONY: all test asan asan-build demo bench-idle clean help deps
+.PHONY: all test check asan asan-build demo bench-idle soak fuzz clean help deps deps-check
 
 all: hwt/core.so
 
@@ -37,7 +38,21 @@ $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HD
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
+# Reliability checks (make check).
+$(BUILD)/fuzz_wheel: test/fuzz/fuzz_wheel.c src/wheel.c src/wheel.h
+	@mkdir -p $(BUILD)
+	clang $(WARNINGS) -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< src/wheel.c
+
+$(BUILD)/tsan/stress_engine: test/stress_engine.c src/wheel.c src/engine.c $(CORE_HDR)
+	@mkdir -p $(BUILD)/tsan
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+
+$(BUILD)/asan/alloc_host: test/alloc_host.c
+	@mkdir -p $(BUILD)/asan
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS)
+
 C_TESTS := $(patsubst test/%.c,%,$(wildcard test/test_*.c))
+CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(BUILD)/asan/alloc_host
 
 # Installs the Debian packages the build and the tests need, when missing.
 deps:
@@ -49,6 +64,19 @@ test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) BUSTED=$(BUSTED) sh test/run.sh
 
 asan-build: $(BUILD)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine
+
+# make test, plus the reliability checks of test/RELIABILITY.md.
+check: deps-check all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
+	@LUA=$(LUA) BUSTED=$(BUSTED) HWT_CHECK=1 sh test/run.sh
+
+deps-check:
+	@HWT_CHECK=1 sh test/deps.sh
+
+soak: deps all
+	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) test/soak.lua
+
+fuzz: deps all
+	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) test/fuzz/differential.lua
 
 # The ASan+UBSan half of `make test` alone.
 asan: deps asan-build
@@ -67,5 +95,8 @@ help:
 	@echo "make          build hwt/core.so for $(LUA)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
+	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak"
+	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
+	@echo "make soak     the soak test (SOAK_SECONDS=N)"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

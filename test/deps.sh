@@ -8,6 +8,11 @@ command -v "$LUA" >/dev/null 2>&1 || missing="$missing $LUA"
 pkg-config --exists "$LUA" 2>/dev/null || missing="$missing lib$LUA-dev pkg-config"
 command -v busted >/dev/null 2>&1 || missing="$missing lua-busted"
 command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing="$missing build-essential"
+if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer needs clang
+  command -v clang >/dev/null 2>&1 || missing="$missing clang"
+  clang_runtime=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
+  [ -f "$clang_runtime" ] || missing="$missing libclang-rt-14-dev"
+fi
 [ -z "$missing" ] && exit 0
 echo "hwt: installing Debian packages:$missing"
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

@@ -1,11 +1,15 @@
 #!/bin/sh
-# Runs every hwt test — C tests, busted specs, examples — once against the
-# plain build and once under AddressSanitizer + UBSan, then prints the total
-# as "N passed, N failed"; the engine's C test also runs under TSan. Called
-# by `make test` (HWT_ONLY=plain|asan: one half).
+# Runs the hwt test suites and prints their total as "N passed, N failed".
+#   make test:  C tests, busted specs, examples against the plain build; the
+#               same plus memory scenarios under ASan+UBSan (leak detection
+#               on); the engine's C test under TSan.
+#   make check: all of that, plus the reliability checks (HWT_CHECK=1): the
+#               differential fuzzer, libFuzzer on the wheel, the TSan engine
+#               stress test, allocation failures, and the soak.
+# HWT_ONLY=plain|asan runs one half of `make test`.
 LUA=${LUA:-lua5.4}
 BUSTED=${BUSTED:-$(command -v busted)}
-EXAMPLE_TIMEOUT=60
+SCRIPT_TIMEOUT=120
 SANITIZER_ENV=""
 passed=0
 failed=0
@@ -17,18 +21,23 @@ count() {  # count PASSED FAILED LABEL
   echo "$3: $1 passed, $2 failed"
 }
 
+# Runs a command that ends its output with "name: N passed, N failed".
+run_counted() {  # run_counted LABEL COMMAND...
+  label=$1; shift
+  "$@" >"$log" 2>&1
+  status=$?
+  grep -v ' passed, [0-9]* failed$' "$log"
+  line=$(grep -E '^[a-z_ ]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+  p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/')
+  f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+  if [ -z "$line" ]; then p=0; f=1; fi
+  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  count "$p" "$f" "$label"
+}
+
 run_c_tests() {  # run_c_tests DIR
   for bin in "$1"/test_*; do
-    [ -x "$bin" ] || continue
-    "$bin" >"$log" 2>&1
-    status=$?
-    grep -v ' passed, .* failed$' "$log"
-    line=$(grep -E '^[a-z_]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    count "$p" "$f" "$(basename "$(dirname "$bin")")/$(basename "$bin")"
+    [ -x "$bin" ] && run_counted "$(basename "$1")/$(basename "$bin")" "$bin"
   done
 }
 
@@ -36,7 +45,7 @@ run_busted() {  # run_busted CPATH LABEL
   env LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" -o plainTerminal >"$log" 2>&1
   status=$?
   summary=$(grep -E '^[0-9]+ successes? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -n 1)
-  if [ "$status" -ne 0 ] || [ -z "$summary" ]; then cat "$log"; else tail -n 3 "$log" | head -n 1; fi
+  if [ "$status" -ne 0 ] || [ -z "$summary" ]; then cat "$log"; fi
   ok=$(echo "$summary" | sed -E 's/^([0-9]+) success.*/\1/')
   bad=$(echo "$summary" | sed -E 's/.* ([0-9]+) failures? \/ ([0-9]+) errors?.*/\1 + \2/')
   skipped=$(echo "$summary" | sed -E 's/.* ([0-9]+) pending.*/\1/')
@@ -46,17 +55,27 @@ run_busted() {  # run_busted CPATH LABEL
   count "$ok" "$bad" "$2"
 }
 
-run_examples() {  # run_examples CPATH LABEL
+# Each script is one test: it passes when it exits 0.
+run_lua_scripts() {  # run_lua_scripts CPATH LABEL SCRIPT [ARG]...
+  cpath=$1; label=$2; script=$3; shift 3
   p=0; f=0
-  for example in examples/*.lua; do
-    if env LUA_PATH='lua/?.lua;;' LUA_CPATH="$1;;" $SANITIZER_ENV timeout "$EXAMPLE_TIMEOUT" "$LUA" "$example" >"$log" 2>&1; then
+  for argument in "$@"; do
+    if env LUA_PATH='lua/?.lua;;' LUA_CPATH="$cpath;;" $SANITIZER_ENV \
+         timeout "$SCRIPT_TIMEOUT" "$LUA" $script $argument >"$log" 2>&1; then
       p=$((p + 1))
     else
-      f=$((f + 1)); echo "FAILED: $example"; cat "$log"
+      f=$((f + 1)); echo "FAILED: $script $argument"; cat "$log"
     fi
   done
-  count "$p" "$f" "$2"
+  count "$p" "$f" "$label"
 }
+
+run_examples() {  # run_examples CPATH LABEL
+  cpath=$1; label=$2
+  run_lua_scripts "$cpath" "$label" "" examples/*.lua
+}
+
+memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/memory.lua)
 
 if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
@@ -75,6 +94,17 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   SANITIZER_ENV="LD_PRELOAD=$runtime"
   run_busted 'build/asan/?.so' "busted specs (asan+ubsan)"
   run_examples 'build/asan/?.so' "examples (asan+ubsan)"
+  # shellcheck disable=SC2086
+  run_lua_scripts 'build/asan/?.so' "memory scenarios (asan+ubsan, leaks)" test/memory.lua $memory_scenarios
+  SANITIZER_ENV=""
+fi
+
+if [ "${HWT_CHECK:-}" = 1 ]; then
+  run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/fuzz/differential.lua
+  run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/soak.lua
+  run_counted "engine stress (tsan)" build/tsan/stress_engine
+  run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
+  run_counted "allocation failures (asan)" env LD_PRELOAD="$runtime" build/asan/alloc_host build/asan
 fi
 
 echo "$passed passed, $failed failed"

@@ -1,0 +1,95 @@
+-- Soak: a real-clock timer holding ~10^6 live timeouts under constant churn
+-- (schedule, random cancels, short timeouts that fire) for SOAK_SECONDS
+-- (default 30). Checks that every timeout is accounted for (ran, cancelled,
+-- pending, or returned by stop) and that RSS stays flat after warm-up: the
+-- peak of the last 30 % of the run is within 10 % of the peak just after it.
+-- Run: make soak   (SOAK_SECONDS=600 make soak for a long run)
+local hwt = require("hwt")
+
+local SECONDS = tonumber(os.getenv("SOAK_SECONDS")) or 30
+local LIVE = tonumber(os.getenv("SOAK_LIVE")) or 1000000
+local WARMUP_FRACTION = 0.3        -- then the RSS peak of the next 30 % ...
+local WINDOW_FRACTION = 0.3         -- ... against the peak of the last 30 %
+local RSS_GROWTH_LIMIT = 1.10
+local BATCH = 2000                  -- operations between polls
+
+local seed = 0x9E3779B97F4A7C15
+local function random(n)            -- xorshift64*: 1..n
+  seed = seed ~ (seed >> 12); seed = seed ~ (seed << 25); seed = seed ~ (seed >> 27)
+  return ((seed * 0x2545F4914F6CDD1D) >> 33) % n + 1
+end
+
+local function rss_bytes()
+  local f = assert(io.open("/proc/self/statm"))
+  local pages = f:read("n"); pages = f:read("n")
+  f:close()
+  return pages * 4096
+end
+
+local timer = hwt.new({ tick = 0.01 })
+local scheduled, ran, cancelled = 0, 0, 0
+local live, live_count = {}, 0      -- handles that may still be pending
+
+local function on_fire() ran = ran + 1 end
+
+local function schedule(delay)
+  local t = assert(timer:timeout(delay, on_fire))
+  scheduled = scheduled + 1
+  live_count = live_count + 1
+  live[live_count] = t
+end
+
+local function cancel_random()
+  local i = random(live_count)
+  local t = live[i]
+  live[i] = live[live_count]
+  live[live_count] = nil
+  live_count = live_count - 1
+  if t:cancel() then cancelled = cancelled + 1 end
+end
+
+local started = hwt.now()
+for _ = 1, LIVE do schedule(60 + random(600)) end       -- far: stay pending
+print(("soak: %d live timeouts scheduled in %.2f s, RSS %.1f MiB"):format(
+  LIVE, hwt.now() - started, rss_bytes() / 2^20))
+
+local early_peak, late_peak, rounds = 0, 0, 0
+local deadline = started + SECONDS
+while hwt.now() < deadline do
+  for _ = 1, BATCH do
+    local op = random(10)
+    if op <= 4 then cancel_random(); schedule(60 + random(600))   -- churn, far
+    elseif op <= 7 then                                          -- fires soon,
+      assert(timer:timeout(random(100) / 1000, on_fire))         -- handle dropped
+      scheduled = scheduled + 1
+    else cancel_random(); schedule(random(5000) / 1000) end      -- mid-range
+  end
+  timer:poll()
+  rounds = rounds + 1
+  local progress = (hwt.now() - started) / SECONDS
+  if progress >= 1 - WINDOW_FRACTION then
+    late_peak = math.max(late_peak, rss_bytes())
+  elseif progress >= WARMUP_FRACTION then
+    early_peak = math.max(early_peak, rss_bytes())
+  end
+end
+
+local pending = timer:pending()
+local returned = #timer:stop()
+local stats = timer:stats()
+local accounted = ran + cancelled + returned
+print(("soak: %.0f s, %d rounds, %d scheduled, %d ran, %d cancelled, %d returned by stop"):format(
+  hwt.now() - started, rounds, scheduled, ran, cancelled, returned))
+print(("soak: RSS peak after warm-up %.1f MiB, at the end %.1f MiB (limit x%.2f)"):format(
+  early_peak / 2^20, late_peak / 2^20, RSS_GROWTH_LIMIT))
+
+local failures = {}
+local function check(ok, message) if not ok then failures[#failures + 1] = message end end
+check(accounted == scheduled, ("lost timeouts: %d scheduled, %d accounted"):format(scheduled, accounted))
+check(pending == returned, ("pending %d before stop, %d returned"):format(pending, returned))
+check(stats.fired == ran, ("stats.fired %d, tasks run %d"):format(stats.fired, ran))
+check(stats.cancelled == cancelled + returned, "stats.cancelled does not add up")
+check(late_peak <= early_peak * RSS_GROWTH_LIMIT, "RSS grew after warm-up")
+for _, message in ipairs(failures) do print("soak: FAILED: " .. message) end
+print(("soak: %d passed, %d failed"):format(#failures == 0 and 1 or 0, #failures == 0 and 0 or 1))
+os.exit(#failures == 0 and 0 or 1)
