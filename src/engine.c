@@ -30,7 +30,8 @@ struct engine {
   uint64_t next_seq;
   uint64_t worker_wake_ns;      /* when the worker means to wake next */
   uint64_t worker_wakeups;
-  unsigned refs;
+  unsigned refs;                /* the creator's and each queue's, until destroyed */
+  unsigned running_queues;      /* queues not yet stopped: the worker's users */
   struct engine *fork_next, *fork_prev;      /* all engines, for fork() */
   wheel wheel;
 };
@@ -140,6 +141,7 @@ no_wheel:
   return NULL;
 }
 
+/* Joins the worker; a later timeout on a running queue starts a new one. */
 static void stop_worker(engine *eng) {
   pthread_mutex_lock(&eng->lock);
   bool joinable = eng->worker_started;
@@ -147,6 +149,11 @@ static void stop_worker(engine *eng) {
   pthread_cond_signal(&eng->worker_cond);
   pthread_mutex_unlock(&eng->lock);
   if (joinable) pthread_join(eng->worker, NULL);
+  pthread_mutex_lock(&eng->lock);
+  eng->stopping = false;
+  eng->worker_started = false;
+  eng->worker_wake_ns = ENGINE_NEVER;
+  pthread_mutex_unlock(&eng->lock);
 }
 
 void engine_release(engine *eng) {
@@ -346,14 +353,18 @@ int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
   }
   pthread_mutex_lock(&eng->lock);
   eng->refs++;
+  eng->running_queues++;
   pthread_mutex_unlock(&eng->lock);
   q->eng = eng;
   return TQ_OK;
 }
 
 void tq_destroy(timer_queue *q) {
+  if (!q->eng) return;
   wheel_list ended = {0};
   tq_stop(q, &ended);
+  engine_release(q->eng);
+  q->eng = NULL;
   pthread_cond_destroy(&q->due_cond);
   close_wake_fd(q);
 }
@@ -379,13 +390,28 @@ static uint64_t deadline_after(uint64_t now_ns, uint64_t delay_ns) {
   return now_ns + delay_ns;
 }
 
-int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns) {
-  if (q->stopped) return TQ_STOPPED;
+/* Locks q's engine; NULL (nothing locked) once tq_destroy ran. */
+static engine *lock_engine(timer_queue *q) {
   engine *eng = q->eng;
+  if (eng) pthread_mutex_lock(&eng->lock);
+  return eng;
+}
+
+bool tq_is_stopped(timer_queue *q) {
+  engine *eng = lock_engine(q);
+  if (!eng) return true;
+  bool stopped = q->stopped;
+  pthread_mutex_unlock(&eng->lock);
+  return stopped;
+}
+
+int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns) {
+  engine *eng = lock_engine(q);
+  if (!eng) return TQ_STOPPED;
   uint64_t now_ns = engine_now(eng);
-  pthread_mutex_lock(&eng->lock);
   int result = TQ_OK;
-  if (q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
+  if (q->stopped) result = TQ_STOPPED;
+  else if (q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
   else result = ensure_worker_locked(eng);
   if (result == TQ_OK) {
     t->owner = q;
@@ -402,12 +428,11 @@ int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval
 
 bool tq_cancel(timeout *t) {
   timer_queue *q = t->owner;
-  if (q->stopped) return false;               /* stop() ended every timeout */
-  engine *eng = q->eng;
-  pthread_mutex_lock(&eng->lock);
+  engine *eng = lock_engine(q);
+  if (!eng) return false;
   bool cancellable = t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE ||
                      (t->state == TIMEOUT_RUNNING && t->interval_ns);
-  if (cancellable) {
+  if (cancellable) {                  /* a stopped queue has none of these */
     disarm_locked(eng, t);
     unlink_live(q, t);
     t->state = TIMEOUT_CANCELLED;
@@ -418,20 +443,17 @@ bool tq_cancel(timeout *t) {
 }
 
 uint64_t tq_poll_begin(timer_queue *q) {
-  if (q->stopped) return 0;
-  engine *eng = q->eng;
-  uint64_t now_ns = engine_now(eng);
-  pthread_mutex_lock(&eng->lock);
-  collect_locked(eng, now_ns);
-  uint64_t seq_limit = eng->next_seq;
+  engine *eng = lock_engine(q);
+  if (!eng) return 0;
+  collect_locked(eng, engine_now(eng));
+  uint64_t seq_limit = q->stopped ? 0 : eng->next_seq;
   pthread_mutex_unlock(&eng->lock);
   return seq_limit;
 }
 
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
-  if (q->stopped) return NULL;
-  engine *eng = q->eng;
-  pthread_mutex_lock(&eng->lock);
+  engine *eng = lock_engine(q);
+  if (!eng) return NULL;
   timeout *t = q->due.head ? timeout_of(q->due.head) : NULL;
   if (t && t->seq < seq_limit) {
     unlink_due_locked(t);
@@ -464,14 +486,10 @@ static uint64_t next_beat(uint64_t last_deadline_ns, uint64_t interval_ns, uint6
 
 bool tq_finish(timeout *t) {
   timer_queue *q = t->owner;
-  if (q->stopped) {                   /* stop() ran inside the task */
-    if (t->state == TIMEOUT_RUNNING) t->state = TIMEOUT_DONE;
-    return false;
-  }
-  engine *eng = q->eng;
+  engine *eng = lock_engine(q);
+  if (!eng) return false;
   uint64_t now_ns = engine_now(eng);
-  pthread_mutex_lock(&eng->lock);
-  bool rearmed = t->state == TIMEOUT_RUNNING && t->interval_ns;
+  bool rearmed = t->state == TIMEOUT_RUNNING && t->interval_ns && !q->stopped;
   if (rearmed) {
     t->deadline_ns = next_beat(t->deadline_ns, t->interval_ns, now_ns);
     t->seq = eng->next_seq++;
@@ -484,9 +502,12 @@ bool tq_finish(timeout *t) {
 }
 
 void tq_stop(timer_queue *q, wheel_list *ended) {
-  if (q->stopped) return;
-  engine *eng = q->eng;
-  pthread_mutex_lock(&eng->lock);
+  engine *eng = lock_engine(q);
+  if (!eng) return;
+  if (q->stopped) {
+    pthread_mutex_unlock(&eng->lock);
+    return;
+  }
   for (timeout *t = q->live, *next; t; t = next) {
     next = t->live_next;
     disarm_locked(eng, t);
@@ -502,22 +523,22 @@ void tq_stop(timer_queue *q, wheel_list *ended) {
   q->stats.pending = 0;
   q->stats.ticks = eng->wheel.now_tick;
   q->stopped = true;
-  q->eng = NULL;
+  bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
   pthread_mutex_unlock(&eng->lock);
   sort_by_deadline(ended);
-  engine_release(eng);
+  if (last_user) stop_worker(eng);
 }
 
 bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
-  if (q->stopped) return false;
-  engine *eng = q->eng;
-  pthread_mutex_lock(&eng->lock);
+  engine *eng = lock_engine(q);
+  if (!eng) return false;
   uint64_t now_ns = engine_now(eng);
   uint64_t give_up_ns = saturating_add(now_ns, timeout_ns);
   for (;;) {
+    if (q->stopped) break;
     if (!eng->manual_clock) collect_locked(eng, now_ns);
-    if (q->due.head || q->stopped || eng->manual_clock) break;
+    if (q->due.head || eng->manual_clock) break;
     if (timeout_ns == ENGINE_NEVER && q->stats.pending == 0) break;
     if (now_ns >= give_up_ns) break;
     uint64_t wake_ns = give_up_ns, next_tick;
@@ -535,41 +556,42 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
 int tq_fd(const timer_queue *q) { return q->wake_read_fd; }
 
 void tq_get_stats(timer_queue *q, tq_stats *out) {
-  if (q->stopped) {
+  engine *eng = lock_engine(q);
+  if (!eng) {
     *out = q->stats;
     return;
   }
-  engine *eng = q->eng;
-  uint64_t now_ns = engine_now(eng);
-  pthread_mutex_lock(&eng->lock);
-  collect_locked(eng, now_ns);
-  q->stats.ticks = eng->wheel.now_tick;
+  if (!q->stopped) {
+    collect_locked(eng, engine_now(eng));
+    q->stats.ticks = eng->wheel.now_tick;
+  }
   q->stats.worker_wakeups = eng->worker_wakeups;
   *out = q->stats;
   pthread_mutex_unlock(&eng->lock);
 }
 
 uint64_t tq_pending(timer_queue *q) {
-  if (q->stopped) return 0;
-  pthread_mutex_lock(&q->eng->lock);
+  engine *eng = lock_engine(q);
+  if (!eng) return 0;
   uint64_t pending = q->stats.pending;
-  pthread_mutex_unlock(&q->eng->lock);
+  pthread_mutex_unlock(&eng->lock);
   return pending;
 }
 
 int timeout_state(timeout *t) {
-  timer_queue *q = t->owner;
-  if (q->stopped) return t->state;
-  pthread_mutex_lock(&q->eng->lock);
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return t->state;
   int state = t->state;
-  pthread_mutex_unlock(&q->eng->lock);
+  pthread_mutex_unlock(&eng->lock);
   return state;
 }
 
 uint64_t timeout_remaining(timeout *t) {
-  timer_queue *q = t->owner;
-  if (timeout_state(t) != TIMEOUT_PENDING) return 0;
-  if (t->deadline_ns == ENGINE_NEVER) return ENGINE_NEVER;
-  uint64_t now_ns = engine_now(q->eng);
-  return t->deadline_ns > now_ns ? t->deadline_ns - now_ns : 0;
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return 0;
+  uint64_t deadline_ns = t->state == TIMEOUT_PENDING ? t->deadline_ns : 0;
+  pthread_mutex_unlock(&eng->lock);
+  if (deadline_ns == ENGINE_NEVER) return ENGINE_NEVER;
+  uint64_t now_ns = engine_now(eng);
+  return deadline_ns > now_ns ? deadline_ns - now_ns : 0;
 }

@@ -12,7 +12,13 @@
  * owns its memory and must keep it alive while it is pending, due or running
  * (tq_schedule .. the moment tq_cancel returns true, tq_finish returns false
  * or tq_stop hands it back). The engine stops touching a timeout at that
- * moment.
+ * moment, with one exception: a periodic timeout cancelled while it runs
+ * is let go when the thread running it has called tq_finish.
+ *
+ * Lifetime: tq_stop ends a queue (and joins the worker when no other queue
+ * of the engine is running); every tq_* call stays valid on a stopped
+ * queue until tq_destroy, which must not race with other calls on it;
+ * after it, tq_* calls on q and its timeouts act as on a stopped queue.
  *
  * Time: nanoseconds since the engine's epoch (CLOCK_MONOTONIC at creation,
  * or 0 for a manual clock). Deadline ticks are rounded up, so nothing fires
@@ -70,7 +76,7 @@ typedef struct tq_stats {
 /* Fields are private to engine.c; the struct is public so that a caller can
  * embed it (the Lua binding keeps it inside the Timer userdata). */
 struct timer_queue {
-  engine *eng;                            /* NULL once stopped */
+  engine *eng;                            /* held until tq_destroy */
   wheel_list due;
   timeout *live;
   pthread_cond_t due_cond;
@@ -96,7 +102,8 @@ uint64_t engine_monotonic_ns(void);
 
 /* Attaches q to eng (taking a reference). Returns TQ_OK or TQ_NO_MEMORY. */
 int tq_init(timer_queue *q, engine *eng, uint64_t max_pending);
-/* Stops q if needed and frees what it holds; q's memory stays the caller's. */
+/* Stops q if needed and frees what it holds; q's memory stays the caller's,
+ * and its timeouts may no longer be passed to the engine. */
 void tq_destroy(timer_queue *q);
 
 /* delay_ns: ENGINE_NEVER for never; interval_ns: 0 for a one-shot. */
@@ -122,6 +129,7 @@ void tq_stop(timer_queue *q, wheel_list *ended);
  * no limit; returns false at once if nothing is pending). true if due. */
 bool tq_wait(timer_queue *q, uint64_t timeout_ns);
 int tq_fd(const timer_queue *q);
+bool tq_is_stopped(timer_queue *q);
 void tq_get_stats(timer_queue *q, tq_stats *out);
 uint64_t tq_pending(timer_queue *q);
 

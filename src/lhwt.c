@@ -97,7 +97,7 @@ static bool check_task(lua_State *L, int idx) {
 }
 
 static void check_running(lua_State *L, lhwt_timer *tm) {
-  if (tm->queue.stopped) luaL_error(L, "timer is stopped");
+  if (tq_is_stopped(&tm->queue)) luaL_error(L, "timer is stopped");
 }
 
 static void push_anchors(lua_State *L, int timer_idx) {
@@ -172,7 +172,7 @@ static void run_task(lua_State *L, int timeout_idx, int on_error_idx) {
 
 /* Runs up to `max` due tasks of the timer at index 1. */
 static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
-  if (max <= 0 || tm->queue.stopped) return 0;
+  if (max <= 0) return 0;
   luaL_checkstack(L, MAX_TASK_ARGS + 8, "poll");   /* nothing below may raise */
   uint64_t seq_limit = tq_poll_begin(&tm->queue);
   push_anchors(L, 1);
@@ -300,7 +300,7 @@ static int timer_advance(lua_State *L) {
   if (!tm->manual_clock)
     return luaL_error(L, "advance() needs a timer created with clock = \"manual\"");
   lua_settop(L, 1);
-  if (!tm->queue.stopped) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
+  if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
   lua_pushinteger(L, run_due(L, tm, LUA_MAXINTEGER));
   return 1;
 }
@@ -348,7 +348,7 @@ static int timer_stats(lua_State *L) {
   lua_setfield(L, -2, "tick");
   lua_pushstring(L, tm->manual_clock ? "manual" : "monotonic");
   lua_setfield(L, -2, "clock");
-  lua_pushboolean(L, tm->queue.stopped);
+  lua_pushboolean(L, tq_is_stopped(&tm->queue));
   lua_setfield(L, -2, "stopped");
   return 1;
 }
@@ -398,7 +398,7 @@ static int timer_gc(lua_State *L) {
 
 static int timer_tostring(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
-  if (tm->queue.stopped)
+  if (!tm->initialized || tq_is_stopped(&tm->queue))
     lua_pushfstring(L, "hwt.Timer (stopped): %p", (void *)tm);
   else
     lua_pushfstring(L, "hwt.Timer (tick %fs, %d pending): %p", ns_to_seconds(tm->tick_ns),

@@ -247,6 +247,32 @@ static void test_cancel_races_worker(void) {
   free(t);
 }
 
+/* Regression: tq_stop racing with tq_cancel on the same queue (a data race
+ * on the stopped flag, and a use of the engine after stop released it). */
+static void test_stop_races_cancel(void) {
+  enum { N = 20000 };
+  engine *eng = engine_new(TICK_1MS, 64, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);                             /* q holds the last reference */
+  timeout *t = calloc(N, sizeof *t);
+  for (size_t i = 0; i < N; i++) CHECK(tq_schedule(&q, &t[i], 10000 * MS, 0) == TQ_OK);
+  race r = {&q, t, N, 0};
+  pthread_t canceller;
+  pthread_create(&canceller, NULL, cancel_half, &r);
+  sleep_ns(MS / 5);
+  wheel_list ended = {0};
+  tq_stop(&q, &ended);
+  pthread_join(canceller, NULL);
+  size_t returned = 0;
+  for (wheel_node *n = ended.head; n; n = n->next) returned++;
+  CHECK(returned + r.cancelled == N);
+  CHECK(tq_schedule(&q, &t[0], 0, 0) == TQ_STOPPED);
+  tq_destroy(&q);
+  CHECK(!tq_cancel(&t[1]) && tq_pending(&q) == 0);  /* destroyed: acts stopped */
+  free(t);
+}
+
 /* A timer whose worker runs in the parent keeps working in a forked child. */
 static __attribute__((unused)) void test_fork_child_gets_new_worker(void) {
   engine *eng = engine_new(TICK_1MS, 64, false);
@@ -287,6 +313,7 @@ static const test_case tests[] = {
   {"worker_signals_fd", test_worker_signals_fd},
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
+  {"stop_races_cancel", test_stop_races_cancel},
 #ifndef __SANITIZE_THREAD__   /* TSan cannot start threads after a fork */
   {"fork_child_gets_new_worker", test_fork_child_gets_new_worker},
 #endif
