@@ -18,10 +18,21 @@ local function wake_sleeper(_, co)
   if not ok then error(err, 0) end
 end
 
+local function is_timer(value)
+  local mt = type(value) == "userdata" and getmetatable(value)
+  return type(mt) == "table" and mt.__name == "hwt.Timer"
+end
+
 function Timer:sleep(seconds)
+  if not is_timer(self) then
+    error("bad argument #1 to 'sleep' (hwt.Timer expected, got " .. type(self) .. ")", 2)
+  end
   local co, is_main = coroutine.running()
   if co == nil or is_main then
     error("sleep() must be called from inside a coroutine", 2)
+  end
+  if coroutine.isyieldable and not coroutine.isyieldable() then
+    error("sleep() cannot yield here (inside a timer task or a C call)", 2)
   end
   local t, err = self:timeout(seconds, wake_sleeper, co)
   if not t then return nil, err end
@@ -40,10 +51,12 @@ local function check_retry_options(opts)
   local o = {}
   for key, value in pairs(opts) do
     if retry_defaults[key] ~= nil then
-      if type(value) ~= "number" or value ~= value then
-        error(("bad option '%s' to 'retry' (number expected, got %s)"):format(key, type(value)), 3)
+      local number = tonumber(value)           -- numeric strings, as luaL_checknumber
+      if type(value) == "boolean" or number == nil or number ~= number then
+        error(("bad option '%s' to 'retry' (number expected, got %s)"):format(
+          key, number ~= number and "nan" or type(value)), 3)
       end
-      o[key] = value
+      o[key] = number
     elseif key == "on_give_up" or key == "on_success" or key == "random" then
       if type(value) ~= "function" then
         error(("bad option '%s' to 'retry' (function expected, got %s)"):format(key, type(value)), 3)
@@ -69,6 +82,7 @@ local function check_retry_options(opts)
 end
 
 local function retry_wait(o, retry_number)
+  if o.delay == 0 then return 0 end             -- 0 * math.huge would be NaN
   local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
   if o.jitter > 0 then
     wait = wait * (1 + o.jitter * (2 * o.random() - 1))
@@ -89,8 +103,7 @@ function RetryHandle:cancel()
 end
 
 function hwt.retry(timer, fn, opts)
-  local mt = getmetatable(timer)
-  if type(timer) ~= "userdata" or type(mt) ~= "table" or mt.__name ~= "hwt.Timer" then
+  if not is_timer(timer) then
     error("bad argument #1 to 'retry' (hwt.Timer expected)", 2)
   end
   if type(fn) ~= "function" then

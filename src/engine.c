@@ -254,6 +254,7 @@ static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
 static void arm_locked(engine *eng, timeout *t) {
   t->state = TIMEOUT_PENDING;
   if (t->deadline_ns == ENGINE_NEVER) return;
+  t->owner->armed++;
   uint64_t tick = deadline_tick(eng, t->deadline_ns);
   if (!wheel_insert(&eng->wheel, &t->link, tick)) {
     make_due_locked(t);
@@ -270,6 +271,8 @@ static void disarm_locked(engine *eng, timeout *t) {
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
   else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
     wheel_remove(&eng->wheel, &t->link);
+  else return;
+  t->owner->armed--;
 }
 
 /* Moves every timeout due by now_ns to its queue's due list. */
@@ -457,6 +460,7 @@ timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
   timeout *t = q->due.head ? timeout_of(q->due.head) : NULL;
   if (t && t->seq < seq_limit) {
     unlink_due_locked(t);
+    q->armed--;
     t->state = TIMEOUT_RUNNING;
     t->has_run = true;
     q->stats.fired++;
@@ -539,7 +543,7 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
     if (q->stopped) break;
     if (!eng->manual_clock) collect_locked(eng, now_ns);
     if (q->due.head || eng->manual_clock) break;
-    if (timeout_ns == ENGINE_NEVER && q->stats.pending == 0) break;
+    if (timeout_ns == ENGINE_NEVER && q->armed == 0) break;
     if (now_ns >= give_up_ns) break;
     uint64_t wake_ns = give_up_ns, next_tick;
     if (wheel_next_event(&eng->wheel, &next_tick) && next_tick * eng->tick_ns < wake_ns)

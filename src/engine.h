@@ -83,6 +83,7 @@ struct timer_queue {
   int wake_read_fd, wake_write_fd;        /* one eventfd, or a pipe */
   bool wake_fd_readable;
   bool stopped;
+  uint64_t armed;                         /* its timeouts in the wheel or due */
   uint64_t max_pending;                   /* 0: unlimited */
   tq_stats stats;
 };
@@ -125,8 +126,9 @@ bool tq_finish(timeout *t);
  * one that ran. Later tq_schedule calls return TQ_STOPPED. */
 void tq_stop(timer_queue *q, wheel_list *ended);
 
-/* Blocks until a timeout is due, q stops or timeout_ns pass (ENGINE_NEVER:
- * no limit; returns false at once if nothing is pending). true if due. */
+/* Blocks until a timeout is due, q stops or timeout_ns pass. true if one is
+ * due. With ENGINE_NEVER (no limit) it returns false at once when none can
+ * fall due: nothing pending but never-firing ones or a periodic that runs. */
 bool tq_wait(timer_queue *q, uint64_t timeout_ns);
 int tq_fd(const timer_queue *q);
 bool tq_is_stopped(timer_queue *q);

@@ -75,10 +75,12 @@ static uint64_t check_delay_ns(lua_State *L, int idx, const char *name) {
   return isinf(seconds) ? ENGINE_NEVER : seconds_to_ns(seconds);
 }
 
+/* A function, or a value whose __call metamethod is a function. */
 static bool is_callable(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TFUNCTION) return true;
-  bool callable = luaL_getmetafield(L, idx, "__call") != 0;
-  if (callable) lua_pop(L, 1);
+  if (!luaL_getmetafield(L, idx, "__call")) return false;
+  bool callable = lua_type(L, -1) == LUA_TFUNCTION;
+  lua_pop(L, 1);
   return callable;
 }
 
@@ -121,10 +123,16 @@ static int traceback_handler(lua_State *L) {
   return 1;
 }
 
+/* Never converts (a conversion allocates, and nothing here may raise). */
+static const char *error_text(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx)
+                                         : "(error object is not a string)";
+}
+
 /* The error is at the top; the Timeout at timeout_idx. */
 static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   if (lua_isnil(L, on_error_idx)) {
-    fprintf(stderr, "hwt: timer task failed: %s\n", lua_tostring(L, -1));
+    fprintf(stderr, "hwt: timer task failed: %s\n", error_text(L, -1));
     fflush(stderr);
     return;
   }
@@ -132,8 +140,7 @@ static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   lua_insert(L, -2);
   lua_pushvalue(L, timeout_idx);
   if (lua_pcall(L, 2, 0, 0) != 0) {
-    const char *message = lua_tostring(L, -1);
-    fprintf(stderr, "hwt: on_error failed: %s\n", message ? message : "(not a string)");
+    fprintf(stderr, "hwt: on_error failed: %s\n", error_text(L, -1));
     fflush(stderr);
   }
 }
@@ -173,7 +180,8 @@ static void run_task(lua_State *L, int timeout_idx, int on_error_idx) {
 /* Runs up to `max` due tasks of the timer at index 1. */
 static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
   if (max <= 0) return 0;
-  luaL_checkstack(L, MAX_TASK_ARGS + 8, "poll");   /* nothing below may raise */
+  if (!lua_checkstack(L, MAX_TASK_ARGS + 8))        /* nothing below may raise */
+    luaL_error(L, "not enough memory (stack space to run tasks)");
   uint64_t seq_limit = tq_poll_begin(&tm->queue);
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
@@ -238,6 +246,8 @@ static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
     return 1;
   }
   unanchor(L, lua_gettop(L), to);
+  if (result == TQ_STOPPED)              /* by a finalizer, during this call */
+    return luaL_error(L, "timer is stopped");
   lua_pushnil(L);
   if (result == TQ_FULL)
     push_refusal(L, tm->queue.max_pending);
@@ -279,16 +289,14 @@ static int timer_wait(lua_State *L) {
   return 1;
 }
 
+/* Until nothing pending can fall due (math.huge delays do not keep it). */
 static int timer_run(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   if (tm->manual_clock)
     return luaL_error(L, "run() would never end on a manual clock: use advance()");
   lua_settop(L, 1);
   lua_Integer ran = 0;
-  while (tq_pending(&tm->queue) > 0) {
-    tq_wait(&tm->queue, ENGINE_NEVER);
-    ran += run_due(L, tm, LUA_MAXINTEGER);
-  }
+  while (tq_wait(&tm->queue, ENGINE_NEVER)) ran += run_due(L, tm, LUA_MAXINTEGER);
   lua_pushinteger(L, ran);
   return 1;
 }
@@ -310,17 +318,23 @@ static int timer_pending(lua_State *L) {
   return 1;
 }
 
+/* Raises once the timer was collected (reachable only from finalizers). */
+static lhwt_timer *check_alive_timer(lua_State *L, int idx) {
+  lhwt_timer *tm = check_timer(L, idx);
+  if (!tm->initialized) luaL_error(L, "timer was garbage-collected");
+  return tm;
+}
+
 /* The real clock reads as hwt.now(); a manual one counts from 0. */
 static int timer_now(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_timer *tm = check_alive_timer(L, 1);
   if (!tm->manual_clock) return hwt_now(L);
-  check_running(L, tm);
   lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
   return 1;
 }
 
 static int timer_fd(lua_State *L) {
-  lua_pushinteger(L, tq_fd(&check_timer(L, 1)->queue));
+  lua_pushinteger(L, tq_fd(&check_alive_timer(L, 1)->queue));
   return 1;
 }
 
@@ -440,7 +454,8 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
     opts->tick = option_number(L, key);
     if (!(opts->tick >= ENGINE_TICK_MIN_NS / NS_PER_SEC &&
           opts->tick <= ENGINE_MAX_DELAY_NS / NS_PER_SEC))
-      luaL_error(L, "bad option 'tick' to 'new' (seconds >= 1e-06 expected, got %f)", opts->tick);
+      luaL_error(L, "bad option 'tick' to 'new' (seconds from 1e-06 to 4.6e+09 expected, got %f)",
+                 opts->tick);
   } else if (strcmp(key, "wheel_size") == 0) {
     opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX, "integer from 1 to 2^30");
   } else if (strcmp(key, "max_pending") == 0) {

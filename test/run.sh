@@ -104,7 +104,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/soak.lua
   run_counted "engine stress (tsan)" build/tsan/stress_engine
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
-  run_counted "allocation failures (asan)" env LD_PRELOAD="$runtime" build/asan/alloc_host build/asan
+  run_counted "allocation failures (asan)" build/asan/alloc_host 'build/asan/?.so'
 fi
 
 echo "$passed passed, $failed failed"

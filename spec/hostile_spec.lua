@@ -1,0 +1,1425 @@
+-- hostile_spec.lua: every public function called the wrong way — wrong types,
+-- missing arguments, NaN, infinities, huge and negative numbers, numeric
+-- strings, absurd options — and re-entrant calls from tasks, from on_error
+-- and from finalizers. Each call must raise a clear error that names the
+-- argument or option, or do what API.md / README.md document; never crash;
+-- and the timer must stay consistent afterwards (pending(), stats() and every
+-- timeout's own state add up: each timeout ran once, was cancelled, is still
+-- pending, or was returned by stop()).
+local hwt = require("hwt")
+
+local pack, unpack = table.pack, table.unpack
+
+-- ---- helpers ---------------------------------------------------------------
+
+local function noop() end
+
+local function manual(opts)
+  local o = { clock = "manual" }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return hwt.new(o)
+end
+
+local function show(v)
+  if type(v) == "string" then return ("%q"):format(v) end
+  if type(v) == "number" and math.type(v) == "float" then return ("%.17g"):format(v) end
+  return tostring(v)
+end
+
+-- Calls f(...) and returns its error message; fails if f does not raise.
+local function error_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert(not ok, "expected an error, got none (first result: " .. show(err) .. ")")
+  return tostring(err)
+end
+
+-- The error of f(unpack(args)) must contain every one of the substrings.
+local function assert_error(f, args, ...)
+  local message = error_of(f, unpack(args, 1, args.n))
+  for i = 1, select("#", ...) do
+    local needle = select(i, ...)
+    assert(message:find(needle, 1, true),
+      ("error message %q does not contain %q"):format(message, needle))
+  end
+  return message
+end
+
+-- The state word of tostring(timeout): pending, pending (periodic), due,
+-- running, expired, cancelled.
+local function state_of(t)
+  return (tostring(t):match("^hwt%.Timeout %((.-), "))
+end
+
+-- call.name(obj, ...) calls obj:name(...) with the colon syntax, so that an
+-- argument error is numbered as the user sees it ("bad argument #1 to
+-- 'timeout'" is the delay).
+local call = setmetatable({}, { __index = function(self, name)
+  local f = assert(load(("return function(o, ...) return o:%s(...) end"):format(name)))()
+  rawset(self, name, f)
+  return f
+end })
+
+-- Values of every wrong kind; `extra` adds hwt objects.
+local function wrong_values(extra)
+  local values = {
+    { "nil", nil }, { "string", "x" }, { "numeric string", "12" }, { "table", {} },
+    { "boolean", true }, { "function", print }, { "userdata", io.stdout }, { "number", 42 },
+  }
+  for name, v in pairs(extra or {}) do values[#values + 1] = { name, v } end
+  return values
+end
+
+-- Books: schedules through a timer while counting every task start, then
+-- checks that the timer's counters and every timeout's state add up.
+local Books = {}
+Books.__index = Books
+
+local function books(timer)
+  return setmetatable({ timer = timer, all = {}, runs = {}, periodic = {},
+                        returned = {}, total_runs = 0 }, Books)
+end
+
+function Books:wrap(task)
+  return function(t, ...)
+    self.runs[t] = (self.runs[t] or 0) + 1
+    self.total_runs = self.total_runs + 1
+    return task(t, ...)
+  end
+end
+
+function Books:timeout(delay, task, ...)
+  local t, err = self.timer:timeout(delay, self:wrap(task), ...)
+  if t then self.all[#self.all + 1] = t end
+  return t, err
+end
+
+function Books:every(interval, task, ...)
+  local t, err = self.timer:every(interval, self:wrap(task), ...)
+  if t then
+    self.all[#self.all + 1] = t
+    self.periodic[t] = true
+  end
+  return t, err
+end
+
+function Books:record_stop(list)
+  for _, t in ipairs(list) do self.returned[t] = true end
+  return list
+end
+
+function Books:stop()
+  return self:record_stop(self.timer:stop())
+end
+
+function Books:runs_of(t) return self.runs[t] or 0 end
+
+-- Outside any poll: every timeout ended exactly one way or is pending, and
+-- pending(), stats().pending/fired/cancelled agree with the timeouts.
+function Books:check()
+  local stats = self.timer:stats()
+  local pending, cancelled = 0, 0
+  for i, t in ipairs(self.all) do
+    local state, runs = state_of(t), self:runs_of(t)
+    local label = ("timeout #%d (%s, ran %d times)"):format(i, tostring(t), runs)
+    assert(state ~= "running" and state ~= nil, label .. ": running outside any poll")
+    assert(runs == 0 or t:is_expired(), label .. ": ran but is not expired")
+    if not self.periodic[t] then
+      assert(runs <= 1, label .. ": a one-shot ran more than once")
+      local live = state == "pending" or state == "due"
+      local ways = (t:is_expired() and 1 or 0) + (t:is_cancelled() and 1 or 0) + (live and 1 or 0)
+      assert(ways == 1, label .. ": ended in " .. ways .. " ways")
+    end
+    if self.returned[t] then
+      assert(t:is_cancelled() and runs == 0 and not t:is_expired(),
+        label .. ": returned by stop() but it had run")
+    end
+    if t:is_cancelled() then cancelled = cancelled + 1 end
+    if state == "pending" or state == "due" or state == "pending (periodic)" then
+      pending = pending + 1
+    end
+  end
+  assert.are.equal(pending, stats.pending, "stats().pending vs the timeouts")
+  assert.are.equal(self.timer:pending(), stats.pending, "pending() vs stats().pending")
+  assert.are.equal(self.total_runs, stats.fired, "stats().fired vs task starts")
+  assert.are.equal(cancelled, stats.cancelled, "stats().cancelled vs cancelled timeouts")
+  assert(stats.due <= stats.pending, "more due than pending")
+  return stats
+end
+
+-- Runs `code` in a separate interpreter (same LUA_PATH/LUA_CPATH and, under
+-- the ASan run, the same LD_PRELOAD), killed after `seconds`. Returns its
+-- output and whether it was killed.
+local function run_isolated(code, seconds)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(code)
+  f:close()
+  local lua = os.getenv("LUA") or "lua5.4"
+  local command = ("LUA_PATH='%s' LUA_CPATH='%s' timeout %d %s %s 2>&1; echo \"exit=$?\""):format(
+    package.path, package.cpath, seconds, lua, path)
+  local p = assert(io.popen(command))
+  local out = p:read("a")
+  p:close()
+  os.remove(path)
+  return out, out:find("exit=124", 1, true) ~= nil
+end
+
+local MAX_DELAY = 2 ^ 62 / 1e9       -- the clamp: ~146 years, in seconds
+
+-- ---- hwt.new -----------------------------------------------------------------
+
+describe("hwt.new with hostile options", function()
+  it("rejects a non-table opts argument, naming argument #1", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    for _, case in ipairs(wrong_values({ Timer = tm, Timeout = t })) do
+      local name, v = case[1], case[2]
+      if v ~= nil and type(v) ~= "table" then
+        local message = assert_error(hwt.new, pack(v), "bad argument #1 to ", "new'", "table expected")
+        assert(message:find("got", 1, true), name .. ": " .. message)
+      end
+    end
+    tm:stop()
+  end)
+
+  it("accepts nil or no opts at all", function()
+    hwt.new():stop()
+    hwt.new(nil):stop()
+    hwt.new({}):stop()
+  end)
+
+  it("names an unknown option key (typos do not pass silently)", function()
+    for _, key in ipairs({ "wheelsize", "Tick", "on_eror", "maxPending", "clocks", "" }) do
+      assert_error(hwt.new, pack({ [key] = 1 }), "unknown option '" .. key .. "'")
+    end
+  end)
+
+  it("rejects option names that are not strings", function()
+    for _, key in ipairs({ 1, true, 1.5, io.stdout, print }) do
+      assert_error(hwt.new, pack({ [key] = 1 }), "option names must be strings")
+    end
+    assert_error(hwt.new, pack({ 0.01 }), "option names must be strings")
+  end)
+
+  it("tick: wrong types name the option", function()
+    local tm = manual()
+    for _, v in ipairs({ "abc", "", {}, true, false, print, io.stdout, tm }) do
+      assert_error(hwt.new, pack({ tick = v }), "bad option 'tick' to 'new'", "number expected")
+    end
+    tm:stop()
+  end)
+
+  it("tick: 0, negative, NaN, infinite, below 1e-6 and beyond 2^62 ns name the option", function()
+    local bad = { 0, -0.0, -1, -1e-6, 1e-12, 1e-7, 9.99e-7, 0 / 0, -(0 / 0), math.huge, -math.huge,
+                  1e308, -1e308, 2 ^ 63, math.maxinteger, math.mininteger, 4.7e9, "0", "-1", "nan", "inf" }
+    for _, v in ipairs(bad) do
+      local ok, err = pcall(hwt.new, { tick = v })
+      assert(not ok, "tick = " .. show(v) .. " was accepted")
+      assert(tostring(err):find("bad option 'tick' to 'new'", 1, true), tostring(err))
+    end
+  end)
+
+  it("tick: 1e-6 exactly is accepted and is the smallest tick", function()
+    local tm = manual({ tick = 1e-6 })
+    assert.are.equal(1e-6, tm:stats().tick)
+    local ran = 0
+    tm:timeout(1e-6, function() ran = ran + 1 end)
+    assert.are.equal(0, tm:advance(0.999e-6))
+    assert.are.equal(1, tm:advance(0.001e-6 + 1e-15))
+    assert.are.equal(1, ran)
+    tm:stop()
+    hwt.new({ tick = 1e-6 }):stop()            -- the real clock takes it too
+  end)
+
+  it("tick: numeric strings are numbers", function()
+    local tm = manual({ tick = "0.5" })
+    assert.are.equal(0.5, tm:stats().tick)
+    tm:stop()
+    tm = manual({ tick = " 0x10 " })
+    assert.are.equal(16, tm:stats().tick)
+    tm:stop()
+  end)
+
+  it("tick: a huge tick (1e9 s) works; deadlines round up to its boundary", function()
+    local tm = manual({ tick = 1e9 })
+    local b = books(tm)
+    b:timeout(1, noop)
+    assert.are.equal(0, tm:advance(1))
+    assert.are.equal(0, tm:advance(1e9 - 2))
+    assert.are.equal(1, tm:advance(1))
+    b:check()
+    tm:stop()
+  end)
+
+  it("wheel_size: wrong types and values outside 1 .. 2^30 name the option", function()
+    local bad = { 0, -1, 1.5, 0.5, 2 ^ 30 + 1, 2 ^ 31, 2 ^ 32, 0 / 0, math.huge, -math.huge, 1e308,
+                  2 ^ 63, math.maxinteger, math.mininteger, "abc", "1.5", "0", "", true, {}, print, io.stdout }
+    for _, v in ipairs(bad) do
+      local ok, err = pcall(hwt.new, { wheel_size = v, clock = "manual" })
+      assert(not ok, "wheel_size = " .. show(v) .. " was accepted")
+      assert(tostring(err):find("bad option 'wheel_size' to 'new'", 1, true), tostring(err))
+    end
+  end)
+
+  it("wheel_size: rounded up to a power of two (stats().wheel_size), and the wheel works", function()
+    local cases = { { 1, 1 }, { 2, 2 }, { 3, 4 }, { 5, 8 }, { 2.0, 2 }, { "8", 8 }, { "9", 16 },
+                    { 1000, 1024 }, { 2 ^ 20 + 1, 2 ^ 21 } }
+    for _, case in ipairs(cases) do
+      local tm = manual({ wheel_size = case[1], tick = 0.001 })
+      assert.are.equal(case[2], tm:stats().wheel_size, "wheel_size = " .. show(case[1]))
+      local b = books(tm)
+      local order = {}
+      for _, d in ipairs({ 0.5, 0.003, 70, 0.002, 5000, 0.0021 }) do
+        b:timeout(d, function() order[#order + 1] = d end)
+      end
+      tm:advance(6000)
+      assert.are.same({ 0.002, 0.0021, 0.003, 0.5, 70, 5000 }, order)
+      b:check()
+      tm:stop()
+    end
+  end)
+
+  it("wheel_size = 2^30 (8 GiB of address space) works once and is stopped at once", function()
+    local ok, tm = pcall(hwt.new, { wheel_size = 2 ^ 30, clock = "manual" })
+    if not ok then                             -- acceptable: a clear refusal
+      assert(tostring(tm):find("not enough memory", 1, true), tostring(tm))
+      return
+    end
+    assert.are.equal(2 ^ 30, tm:stats().wheel_size)
+    local ran = 0
+    tm:timeout(0.05, function() ran = ran + 1 end)
+    assert.are.equal(1, tm:advance(0.1))
+    assert.are.equal(1, ran)
+    assert.are.same({}, tm:stop())
+    tm = nil
+    collectgarbage()
+    collectgarbage()
+  end)
+
+  it("max_pending: wrong types, negative, fractional, NaN and out-of-range values name the option", function()
+    local bad = { -1, 0.5, -0.5, 0 / 0, math.huge, -math.huge, 2 ^ 63, 1e308, math.mininteger,
+                  "x", "1.5", true, {}, print, io.stdout }
+    for _, v in ipairs(bad) do
+      local ok, err = pcall(hwt.new, { max_pending = v, clock = "manual" })
+      assert(not ok, "max_pending = " .. show(v) .. " was accepted")
+      assert(tostring(err):find("bad option 'max_pending' to 'new'", 1, true), tostring(err))
+    end
+  end)
+
+  it("max_pending: 0 is unlimited, math.maxinteger works, \"2\" caps at two with nil, err", function()
+    local tm = manual({ max_pending = 0 })
+    for _ = 1, 2000 do assert.is_truthy(tm:timeout(1, noop)) end
+    assert.are.equal(2000, #tm:stop())
+    tm = manual({ max_pending = math.maxinteger })
+    assert.is_truthy(tm:timeout(1, noop))
+    assert.are.equal(math.maxinteger, tm:stats().max_pending)
+    tm:stop()
+    tm = manual({ max_pending = "2" })
+    local b = books(tm)
+    assert.is_truthy(b:timeout(1, noop))
+    assert.is_truthy(b:every(1, noop))
+    local t, err = b:timeout(1, noop)
+    assert.is_nil(t)
+    assert.matches("too many pending timeouts", err, 1, true)
+    t, err = b:every(1, noop)
+    assert.is_nil(t)
+    assert.matches("too many pending timeouts", err, 1, true)
+    b:check()
+    tm:stop()
+  end)
+
+  it("clock: anything but \"monotonic\" or \"manual\" names the option", function()
+    for _, v in ipairs({ "bogus", "MANUAL", "", 1, true, {}, print, io.stdout }) do
+      assert_error(hwt.new, pack({ clock = v }), "bad option 'clock' to 'new'")
+    end
+  end)
+
+  it("on_error: a non-callable names the option; a callable table is accepted and used", function()
+    for _, v in ipairs({ 42, "f", true, {}, io.stdout }) do
+      assert_error(hwt.new, pack({ on_error = v }), "bad option 'on_error' to 'new'")
+    end
+    local got
+    local handler = setmetatable({}, { __call = function(_, err) got = err end })
+    local tm = manual({ on_error = handler })
+    tm:timeout(0, function() error("from task", 0) end)
+    assert.are.equal(1, tm:advance(0))
+    assert.are.equal("from task", got)
+    tm:stop()
+  end)
+end)
+
+describe("hwt.now", function()
+  it("returns a finite, non-decreasing float, whatever the arguments", function()
+    local a = hwt.now("x", {}, nil, io.stdout)
+    local b = hwt.now()
+    assert.are.equal("float", math.type(a))
+    assert(a == a and a < math.huge and a >= 0)
+    assert(b >= a)
+  end)
+end)
+
+-- ---- wrong self --------------------------------------------------------------
+
+describe("methods called on the wrong object", function()
+  local timer_calls = {
+    { "timeout", 1, noop }, { "every", 1, noop }, { "poll" }, { "wait", 0 }, { "run" },
+    { "advance", 1 }, { "pending" }, { "fd" }, { "stats" }, { "stop" }, { "now" },
+  }
+  local timeout_calls = { "cancel", "is_cancelled", "is_expired", "timer", "task", "remaining" }
+
+  it("every Timer method raises 'hwt.Timer expected' for a wrong self", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    for _, call in ipairs(timer_calls) do
+      local method = hwt.Timer[call[1]]
+      assert.is_function(method, call[1])
+      for _, case in ipairs(wrong_values({ Timeout = t })) do
+        local message = assert_error(method, pack(case[2], unpack(call, 2)), "hwt.Timer expected")
+        assert(message:find("bad argument #1", 1, true) or message:find("bad self", 1, true),
+          call[1] .. "(" .. case[1] .. "): " .. message)
+      end
+      assert_error(method, pack(), "hwt.Timer expected")            -- no self at all
+    end
+    tm:stop()
+  end)
+
+  it("a Timeout passed where a Timer is expected is named as such", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    assert_error(hwt.Timer.timeout, pack(t, 1, noop), "hwt.Timer expected, got hwt.Timeout")
+    assert_error(hwt.Timer.stop, pack(t), "hwt.Timer expected, got hwt.Timeout")
+    assert.are.equal(1, tm:pending())
+    tm:stop()
+  end)
+
+  it("Timer metamethods (__tostring, __close, __gc) check self too", function()
+    local tm = manual()
+    local mt = getmetatable(tm)
+    for _, name in ipairs({ "__tostring", "__close", "__gc" }) do
+      for _, case in ipairs(wrong_values({ Timeout = tm:timeout(1, noop) })) do
+        assert_error(mt[name], pack(case[2]), "hwt.Timer expected")
+      end
+    end
+    assert.are.equal(3, tm:pending())            -- one Timeout per metamethod, untouched
+    tm:stop()
+  end)
+
+  it("every Timeout method raises 'hwt.Timeout expected' for a wrong self, a Timer included", function()
+    local tm = manual()
+    for _, name in ipairs(timeout_calls) do
+      local method = hwt.Timeout[name]
+      assert.is_function(method, name)
+      for _, case in ipairs(wrong_values({ Timer = tm })) do
+        assert_error(method, pack(case[2]), "hwt.Timeout expected")
+      end
+      assert_error(method, pack(tm), "hwt.Timeout expected, got hwt.Timer")
+      assert_error(method, pack(), "hwt.Timeout expected")
+    end
+    local mt = getmetatable(tm:timeout(1, noop))
+    for _, name in ipairs({ "__tostring", "__close" }) do
+      for _, case in ipairs(wrong_values({ Timer = tm })) do
+        assert_error(mt[name], pack(case[2]), "hwt.Timeout expected")
+      end
+    end
+    tm:stop()
+  end)
+end)
+
+-- ---- timeout / every ---------------------------------------------------------
+
+describe("timer:timeout and timer:every with hostile arguments", function()
+  it("a missing or non-number delay is argument #1, 'number expected'", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    assert_error(call.timeout, pack(tm), "bad argument #1 to 'timeout'", "number expected")
+    for _, v in ipairs({ "x", "", {}, true, print, io.stdout, t, tm }) do
+      assert_error(call.timeout, pack(tm, v, noop), "bad argument #1 to 'timeout'", "number expected")
+      assert_error(call.every, pack(tm, v, noop), "bad argument #1 to 'every'", "number expected")
+    end
+    assert.are.equal(1, tm:pending())
+    tm:stop()
+  end)
+
+  it("a negative or NaN delay names 'delay'", function()
+    local tm = manual()
+    for _, v in ipairs({ -1, -1e-300, -0.5, -math.huge, math.mininteger, -2 ^ 63, 0 / 0, -(0 / 0), "-1", "nan" }) do
+      local ok, err = pcall(call.timeout, tm, v, noop)
+      assert(not ok, "delay " .. show(v) .. " was accepted")
+      err = tostring(err)
+      assert(err:find("bad argument #1 to 'timeout'", 1, true), err)
+      assert(err:find("delay must be a number >= 0", 1, true) or err:find("number expected", 1, true), err)
+    end
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("delay math.huge means never (until cancel/stop)", function()
+    local tm = manual()
+    local b = books(tm)
+    local t = b:timeout(math.huge, noop)
+    assert.are.equal(math.huge, t:remaining())
+    assert.matches("never due", tostring(t), 1, true)
+    assert.are.equal(0, tm:advance(1e9))
+    assert.are.equal(0, tm:advance(1e308))
+    assert.are.equal(1, tm:pending())
+    b:check()
+    assert.is_true(t:cancel())
+    b:check()
+    tm:stop()
+  end)
+
+  it("huge finite delays clamp to ~146 years, never wrap to now, never fire within a long advance", function()
+    local tm = manual()
+    local b = books(tm)
+    local list = {}
+    for _, v in ipairs({ 1e308, 2 ^ 63, 2 ^ 64, math.maxinteger, 1e19, MAX_DELAY * 2, "1e300" }) do
+      local t = b:timeout(v, noop)
+      local r = t:remaining()
+      assert(r > 4.6e9 and r <= MAX_DELAY + 1e-6, show(v) .. " -> remaining " .. show(r))
+      list[#list + 1] = t
+    end
+    assert.are.equal(0, tm:poll())
+    assert.are.equal(0, tm:advance(0))
+    for _ = 1, 4 do assert.are.equal(0, tm:advance(1e9)) end          -- 127 years
+    assert.are.equal(#list, tm:pending())
+    b:check()
+    b:stop()
+    b:check()
+  end)
+
+  it("numeric strings, -0.0 and sub-nanosecond delays are accepted", function()
+    local tm = manual()
+    local b = books(tm)
+    local order = {}
+    b:timeout("0.5", function() order[#order + 1] = "0.5" end)
+    b:timeout(" 0x2 ", function() order[#order + 1] = "hex 2" end)
+    b:timeout(-0.0, function() order[#order + 1] = "-0.0" end)
+    b:timeout(1e-12, function() order[#order + 1] = "1e-12" end)
+    tm:advance(0)
+    assert.are.same({ "-0.0", "1e-12" }, order)
+    tm:advance(2)
+    assert.are.same({ "-0.0", "1e-12", "0.5", "hex 2" }, order)
+    b:check()
+    tm:stop()
+  end)
+
+  it("a missing or non-callable task is argument #2, 'task must be ...'", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    local bad = { nil, "x", "print", 42, true, false, {}, { run = 42 }, { run = "f" }, io.stdout, t, tm,
+                  setmetatable({}, { __index = { run = 1 } }) }
+    for i = 1, 13 do
+      local v = bad[i]
+      assert_error(call.timeout, pack(tm, 1, v), "bad argument #2 to 'timeout'", "task must be")
+      assert_error(call.every, pack(tm, 1, v), "bad argument #2 to 'every'", "task must be")
+    end
+    assert_error(call.timeout, pack(tm, 1), "bad argument #2 to 'timeout'", "task must be")
+    assert.are.equal(1, tm:pending())
+    tm:stop()
+  end)
+
+  it("a TimerTask table (run via __index) is called as task:run(timeout, ...)", function()
+    local tm = manual()
+    local got
+    local class = { run = function(self, timeout, a, b) got = { self, timeout, a, b } end }
+    local task = setmetatable({}, { __index = class })
+    local t = tm:timeout(0, task, "a", "b")
+    tm:advance(0)
+    assert.are.same({ task, t, "a", "b" }, got)
+    tm:stop()
+  end)
+
+  it("a task whose __call is not callable: refused at scheduling or reported to on_error", function()
+    local errors = {}
+    local tm = manual({ on_error = function(err) errors[#errors + 1] = tostring(err) end })
+    local ok, t = pcall(tm.timeout, tm, 0, setmetatable({}, { __call = 42 }))
+    if ok then
+      assert.are.equal(1, tm:advance(0))
+      assert.are.equal(1, #errors)
+      assert.is_true(t:is_expired())
+    else
+      assert.matches("task", tostring(t), 1, true)
+    end
+    tm:stop()
+  end)
+
+  it("250 task arguments (nil holes kept) are passed; the 251st is refused with a clear error", function()
+    local tm = manual()
+    local args = {}
+    for i = 1, 250 do args[i] = (i % 7 ~= 0) and i or nil end
+    local got
+    tm:timeout(0, function(_, ...) got = pack(...) end, unpack(args, 1, 250))
+    tm:advance(0)
+    assert.are.equal(250, got.n)
+    for i = 1, 250 do assert.are.equal(args[i], got[i]) end
+    args[251] = 251
+    assert_error(call.timeout, pack(tm, 0, noop, unpack(args, 1, 251)), "too many task arguments")
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("every: 0, negative, NaN and -inf intervals name the interval", function()
+    local tm = manual()
+    for _, v in ipairs({ 0, -0.0, -1, -1e-300, 0 / 0, -math.huge, math.mininteger, "0", "-1" }) do
+      local ok, err = pcall(call.every, tm, v, noop)
+      assert(not ok, "interval " .. show(v) .. " was accepted")
+      assert(tostring(err):find("interval", 1, true), tostring(err))
+    end
+    assert_error(call.every, pack(tm), "bad argument #1 to 'every'", "number expected")
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("every: math.huge never runs; huge finite intervals clamp; 1e-12 runs once per pass, no burst", function()
+    local tm = manual()
+    local b = books(tm)
+    local never = b:every(math.huge, noop)
+    local far = b:every(1e308, noop)
+    local count = 0
+    local tiny = b:every(1e-12, function() count = count + 1 end)
+    local str = b:every("0.25", noop)
+    for _ = 1, 3 do tm:advance(1) end
+    assert.are.equal(3, count)
+    assert.are.equal(3, b:runs_of(str))
+    assert.are.equal(0, b:runs_of(never) + b:runs_of(far))
+    assert.are.equal(math.huge, never:remaining())
+    assert(far:remaining() > 4.6e9)
+    tm:advance(1e9)
+    assert.are.equal(0, b:runs_of(far))
+    assert.are.equal(4, b:check().pending)
+    assert.is_true(tiny:cancel())
+    b:check()
+    b:stop()
+    b:check()
+  end)
+
+  it("timeout() and every() on a stopped timer raise 'timer is stopped'", function()
+    local tm = manual()
+    tm:stop()
+    assert_error(call.timeout, pack(tm, 1, noop), "timer is stopped")
+    assert_error(call.every, pack(tm, 1, noop), "timer is stopped")
+    local rt = hwt.new()
+    rt:stop()
+    assert_error(rt.timeout, pack(rt, 0, noop), "timer is stopped")
+  end)
+end)
+
+-- ---- poll / wait / run / advance / others -------------------------------------
+
+describe("poll, wait, run, advance, now, fd, stats, stop with hostile arguments", function()
+  it("poll(max): negative, fractional, NaN, infinite, 2^63 and non-numbers are named errors", function()
+    local tm = manual()
+    local b = books(tm)
+    for _ = 1, 3 do b:timeout(0, noop) end
+    for _, v in ipairs({ -1, math.mininteger }) do
+      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'", "max must be >= 0")
+    end
+    for _, v in ipairs({ 1.5, 0 / 0, math.huge, -math.huge, 2 ^ 63, 1e308, "1.5" }) do
+      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'")
+    end
+    for _, v in ipairs({ "x", {}, true, print, io.stdout }) do
+      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'", "number expected")
+    end
+    assert.are.equal(0, tm:poll(0))
+    assert.are.equal(1, tm:poll("1"))
+    assert.are.equal(1, tm:poll(1.0))
+    assert.are.equal(1, tm:poll(math.maxinteger))
+    assert.are.equal(0, tm:poll(nil))
+    b:check()
+    tm:stop()
+  end)
+
+  it("wait(seconds): negative/NaN name 'seconds'; huge values return at once on the manual clock", function()
+    local tm = manual()
+    for _, v in ipairs({ -1, 0 / 0, -math.huge, math.mininteger, "-1" }) do
+      assert_error(call.wait, pack(tm, v), "bad argument #1 to 'wait'", "seconds must be a number >= 0")
+    end
+    for _, v in ipairs({ "x", {}, true, print, io.stdout }) do
+      assert_error(call.wait, pack(tm, v), "bad argument #1 to 'wait'", "number expected")
+    end
+    for _, v in ipairs({ math.huge, 1e308, 2 ^ 63, math.maxinteger, "5", 0 }) do
+      assert.is_false(tm:wait(v))
+    end
+    tm:timeout(0, noop)
+    assert.is_true(tm:wait(math.huge))
+    tm:stop()
+    assert.is_false(tm:wait())
+  end)
+
+  it("wait() on the real clock with nothing pending returns false at once; wait(tiny) too", function()
+    local rt = hwt.new()
+    local t0 = hwt.now()
+    assert.is_false(rt:wait())
+    assert.is_false(rt:wait(math.huge))
+    assert.is_false(rt:wait(0))
+    assert.is_false(rt:wait(1e-12))
+    assert.is_false(rt:wait("0.001"))
+    assert(hwt.now() - t0 < 1, "wait took too long")
+    rt:stop()
+  end)
+
+  it("run(): raises on the manual clock; returns 0 at once on an idle real clock", function()
+    local tm = manual()
+    assert_error(tm.run, pack(tm, "ignored"), "run() would never end on a manual clock")
+    tm:stop()
+    local rt = hwt.new()
+    assert.are.equal(0, rt:run())
+    rt:stop()
+    assert.are.equal(0, rt:run())
+  end)
+
+  it("advance(seconds): NaN, negative, infinite and non-numbers are named; the real clock refuses", function()
+    local tm = manual()
+    for _, v in ipairs({ 0 / 0, -1, -1e-300, math.huge, -math.huge, math.mininteger, "-1", "1e999" }) do
+      assert_error(call.advance, pack(tm, v), "bad argument #1 to 'advance'", "seconds must be a finite number >= 0")
+    end
+    local bad = pack(nil, "x", {}, true, io.stdout)
+    for i = 1, bad.n do
+      assert_error(call.advance, pack(tm, bad[i]), "bad argument #1 to 'advance'", "number expected")
+    end
+    assert.are.equal(0, tm:now())
+    local rt = hwt.new()
+    assert_error(call.advance, pack(rt, 1), "advance() needs a timer created with clock = \"manual\"")
+    assert_error(call.advance, pack(rt, 0 / 0), "bad argument #1 to 'advance'")
+    rt:stop()
+    tm:stop()
+  end)
+
+  it("advance() by huge amounts clamps the manual clock at ~146 years and stays consistent", function()
+    local tm = manual()
+    local b = books(tm)
+    local far = b:timeout(1e308, noop)           -- clamped to the same 146 years
+    b:timeout(1, noop)
+    assert.are.equal(1, tm:advance("1"))
+    for _, v in ipairs({ 1e308, 2 ^ 63, math.maxinteger, 1e308 }) do
+      local ran = tm:advance(v)
+      assert.are.equal("integer", math.type(ran))
+      local now = tm:now()
+      assert(now <= MAX_DELAY + 1e-6 and now >= MAX_DELAY - 1, "now() = " .. show(now))
+    end
+    assert.is_true(far:is_expired() or far:remaining() >= 0)
+    b:check()
+    b:stop()
+    b:check()
+  end)
+
+  it("now(), fd(), stats() and stop() ignore extra arguments and survive stop()", function()
+    local tm = manual()
+    assert.are.equal(0, tm:now("x", {}))
+    local fd = tm:fd(io.stdout)
+    assert.are.equal("integer", math.type(fd))
+    assert(fd >= 0)
+    local stats = tm:stats({})
+    for _, k in ipairs({ "pending", "due", "fired", "cancelled", "ticks", "worker_wakeups", "wheel_size",
+                         "max_pending" }) do
+      assert.are.equal("integer", math.type(stats[k]), k)
+    end
+    assert.are.equal("number", type(stats.late_max))
+    assert.are.equal("manual", stats.clock)
+    assert.is_false(stats.stopped)
+    tm:timeout(1, noop)
+    assert.are.equal(1, #tm:stop(42))
+    assert.are.same({}, tm:stop())
+    assert.are.equal(fd, tm:fd())
+    assert.is_true(tm:stats().stopped)
+    assert.are.equal(0, tm:pending())
+    assert.are.equal(0, tm:poll())
+    assert.are.equal(0, tm:advance(1))
+    assert.matches("stopped", tostring(tm), 1, true)
+    local ok, now = pcall(tm.now, tm)            -- a number, or a clear error
+    assert(ok and type(now) == "number" or tostring(now):find("timer is stopped", 1, true), tostring(now))
+  end)
+end)
+
+-- ---- Timeout methods -----------------------------------------------------------
+
+describe("Timeout methods in every state", function()
+  it("cancel() twice, after the run, after stop(): true once, then false; states follow", function()
+    local tm = manual()
+    local b = books(tm)
+    local a = b:timeout(1, noop)
+    local r = b:timeout(0, noop)
+    local s = b:timeout(5, noop)
+    assert.is_true(a:cancel())
+    assert.is_false(a:cancel("extra"))
+    assert.is_true(a:is_cancelled())
+    assert.are.equal(0, a:remaining())
+    assert.are.equal("cancelled", state_of(a))
+    tm:advance(1)
+    assert.is_false(r:cancel())
+    assert.is_true(r:is_expired())
+    assert.are.equal("expired", state_of(r))
+    b:stop()
+    assert.is_false(s:cancel())
+    assert.is_true(s:is_cancelled())
+    assert.are.equal(0, s:remaining())
+    assert.is_true(rawequal(s:timer(), tm))
+    b:check()
+  end)
+
+  it("tostring shows pending, running, expired, pending (periodic) and never due", function()
+    local tm = manual({ tick = 0.001 })
+    local seen
+    local t = tm:timeout(0.001, function(self) seen = state_of(self) end)
+    local p = tm:every(0.5, noop)
+    local n = tm:timeout(math.huge, noop)
+    assert.are.equal("pending", state_of(t))
+    assert.are.equal("pending", state_of(p))
+    assert.matches("never due", tostring(n), 1, true)
+    tm:advance(0.001)
+    assert.are.equal("running", seen)
+    assert.are.equal("expired", state_of(t))
+    tm:advance(0.5)
+    assert.are.equal("pending (periodic)", state_of(p))
+    tm:stop()
+  end)
+
+  it("a due timeout (waiting for poll) says 'due', and cancel() still wins", function()
+    local rt = hwt.new({ tick = 0.001 })
+    local ran = false
+    local t = rt:timeout(0, function() ran = true end)
+    assert.is_true(rt:wait(1))
+    assert.are.equal("due", state_of(t))
+    assert.is_true(t:cancel())
+    assert.are.equal(0, rt:poll())
+    assert.is_false(ran)
+    rt:stop()
+  end)
+
+  it("<close> cancels on scope exit, also when the scope raises", function()
+    local tm = manual()
+    local t1, t2
+    do
+      local t <close> = tm:timeout(1, noop)
+      t1 = t
+    end
+    assert.is_true(t1:is_cancelled())
+    local ok = pcall(function()
+      local t <close> = tm:timeout(1, noop)
+      t2 = t
+      error("leaving")
+    end)
+    assert.is_false(ok)
+    assert.is_true(t2:is_cancelled())
+    local t3 = tm:timeout(0, noop)
+    tm:advance(0)
+    getmetatable(t3).__close(t3, "an error value")   -- closing an expired one does nothing
+    assert.is_true(t3:is_expired())
+    assert.is_false(t3:is_cancelled())
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+end)
+
+-- ---- hwt.retry -------------------------------------------------------------------
+
+describe("hwt.retry with hostile arguments", function()
+  local function fails() return nil, "no" end
+
+  it("names argument #1 when it is not an hwt.Timer (a Timeout included)", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    for _, case in ipairs(wrong_values({ Timeout = t })) do
+      assert_error(hwt.retry, pack(case[2], fails), "bad argument #1 to 'retry'", "hwt.Timer expected")
+    end
+    tm:stop()
+  end)
+
+  it("names argument #2 when fn is not a function", function()
+    local tm = manual()
+    local bad = pack(nil, "x", {}, 42, true, io.stdout, setmetatable({}, { __call = noop }))
+    for i = 1, bad.n do
+      assert_error(hwt.retry, pack(tm, bad[i]), "bad argument #2 to 'retry'", "function expected")
+    end
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("names argument #3 when opts is not a table", function()
+    local tm = manual()
+    for _, v in ipairs({ "x", 42, true, print, io.stdout }) do
+      assert_error(hwt.retry, pack(tm, fails, v), "bad argument #3 to 'retry'", "table expected")
+    end
+    tm:stop()
+  end)
+
+  it("names the option for unknown keys and bad values", function()
+    local tm = manual()
+    local cases = {
+      { "retires", 3 }, { "retries", -1 }, { "retries", 1.5 }, { "retries", 0 / 0 }, { "retries", math.huge },
+      { "retries", -math.huge }, { "retries", true }, { "delay", -1 }, { "delay", 0 / 0 },
+      { "delay", -math.huge }, { "delay", {} }, { "backoff", 0.5 }, { "backoff", 0 }, { "backoff", -1 },
+      { "backoff", 0 / 0 }, { "max_delay", -1 }, { "max_delay", 0 / 0 }, { "jitter", -0.1 },
+      { "jitter", 1.5 }, { "jitter", 0 / 0 }, { "jitter", math.huge }, { "on_give_up", 42 },
+      { "on_success", "x" }, { "random", 1 },
+    }
+    local calls = 0
+    for _, case in ipairs(cases) do
+      local message = error_of(hwt.retry, tm, function() calls = calls + 1 end, { [case[1]] = case[2] })
+      assert(message:find(case[1], 1, true), ("%s = %s: %s"):format(case[1], show(case[2]), message))
+      assert(message:find("retry", 1, true), message)
+    end
+    assert.are.equal(0, calls)                   -- refused before the first call
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("numeric-string options: used as numbers, or refused naming the option", function()
+    local tm = manual()
+    for _, key in ipairs({ "retries", "delay", "backoff", "max_delay", "jitter" }) do
+      local ok, err = pcall(hwt.retry, tm, fails, { [key] = "1" })
+      assert(ok or tostring(err):find(key, 1, true), tostring(err))
+    end
+    tm:stop()
+  end)
+
+  it("delay = math.huge is capped by max_delay; 1e308 with max_delay = math.huge clamps, never fires", function()
+    local tm = manual()
+    local h = hwt.retry(tm, fails, { delay = math.huge, retries = 1 })
+    assert.are.equal(1, h.attempts)
+    assert.are.equal(1, tm:pending())
+    tm:advance(60)
+    assert.are.equal(2, h.attempts)
+    local h2 = hwt.retry(tm, fails, { delay = 1e308, max_delay = math.huge, retries = 1 })
+    for _ = 1, 3 do tm:advance(1e9) end
+    assert.are.equal(1, h2.attempts)
+    assert.is_true(h2:cancel())
+    assert.is_false(h2:cancel())
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("never stalls silently: with delay = 0 and backoff = math.huge it keeps trying, then gives up", function()
+    local errors, gave_up = {}, {}
+    local tm = manual({ on_error = function(err) errors[#errors + 1] = tostring(err) end })
+    local h = hwt.retry(tm, fails, { delay = 0, backoff = math.huge, retries = 3,
+                                     on_give_up = function(err) gave_up[#gave_up + 1] = err end })
+    for _ = 1, 10 do tm:advance(100) end
+    assert.are.same({}, errors)
+    assert.are.equal(4, h.attempts)
+    assert.are.same({ "no" }, gave_up)
+    tm:stop()
+  end)
+
+  it("a retry on a stopped timer makes its first call, then raises 'timer is stopped'", function()
+    local tm = manual()
+    tm:stop()
+    local calls = 0
+    local ok, err = pcall(hwt.retry, tm, function() calls = calls + 1 return false end)
+    assert.are.equal(1, calls)
+    assert(not ok and tostring(err):find("timer is stopped", 1, true), tostring(err))
+  end)
+end)
+
+-- ---- sleep -----------------------------------------------------------------------------
+
+describe("timer:sleep with hostile arguments", function()
+  local function in_coroutine(f, ...)
+    local co = coroutine.create(f)
+    return co, coroutine.resume(co, ...)
+  end
+
+  it("outside a coroutine: 'sleep() must be called from inside a coroutine'", function()
+    local tm = manual()
+    assert_error(tm.sleep, pack(tm, 1), "sleep() must be called from inside a coroutine")
+    assert_error(hwt.Timer.sleep, pack(io.stdout, 1), "bad argument #1 to 'sleep' (hwt.Timer expected")
+    tm:stop()
+  end)
+
+  it("bad seconds inside a coroutine: a clear number error; nothing stays scheduled", function()
+    local tm = manual()
+    local bad = pack(nil, "x", {}, true, -1, 0 / 0, -math.huge)
+    for i = 1, bad.n do
+      local v = bad[i]
+      local _, ok, err = in_coroutine(function() return tm:sleep(v) end)
+      assert.is_false(ok)
+      err = tostring(err)
+      assert(err:find("number expected", 1, true) or err:find("must be a number >= 0", 1, true), err)
+    end
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("a wrong self inside a coroutine names the Timer argument", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    for _, case in ipairs(wrong_values({ Timeout = t })) do
+      local _, ok, err = in_coroutine(function() return hwt.Timer.sleep(case[2], 1) end)
+      assert.is_false(ok)
+      assert(tostring(err):find("hwt.Timer expected", 1, true),
+        ("sleep with self = %s: %s"):format(case[1], tostring(err)))
+    end
+    tm:stop()
+  end)
+
+  it("sleep(math.huge) never resumes; stop() cancels it and the coroutine stays suspended", function()
+    local tm = manual()
+    local co = in_coroutine(function() tm:sleep(math.huge); error("resumed") end)
+    tm:advance(1e9)
+    assert.are.equal("suspended", coroutine.status(co))
+    local list = tm:stop()
+    assert.are.equal(1, #list)
+    assert.are.equal("suspended", coroutine.status(co))
+  end)
+
+  it("max_pending refuses a sleep with nil, err", function()
+    local tm = manual({ max_pending = 1 })
+    tm:timeout(5, noop)
+    local _, ok, a, b = in_coroutine(function() return tm:sleep(1) end)
+    assert.is_true(ok)
+    assert.is_nil(a)
+    assert.matches("too many pending", b, 1, true)
+    tm:stop()
+  end)
+
+  it("a sleep that cannot yield (task run by poll() inside the coroutine) leaves no stray wake-up", function()
+    local errors = {}
+    local tm = manual({ on_error = function(err) errors[#errors + 1] = tostring(err) end })
+    local co = coroutine.create(function()
+      tm:timeout(0, function() tm:sleep(1) end)
+      tm:poll()                                  -- the task runs inside this coroutine
+      local v = coroutine.yield("own yield")
+      return "resumed with " .. tostring(v)
+    end)
+    local ok, v = coroutine.resume(co)
+    assert.is_true(ok)
+    assert.are.equal("own yield", v)
+    assert.are.equal(1, #errors)
+    assert.matches("yield", errors[1], 1, true)
+    tm:advance(1)                                -- must not resume `co` at its own yield
+    assert.are.equal("suspended", coroutine.status(co))
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+end)
+
+-- ---- re-entrant calls ------------------------------------------------------------------------
+
+describe("re-entrant calls", function()
+  local function collecting(opts)
+    local errors = { n = 0 }
+    local o = { on_error = function(err) errors.n = errors.n + 1; errors[errors.n] = err end }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return manual(o), errors
+  end
+
+  it("poll() inside a task runs the other due tasks, never the same one twice", function()
+    local tm = collecting()
+    local b = books(tm)
+    local order, inner = {}, nil
+    b:timeout(0.01, function() order[#order + 1] = "A"; inner = tm:poll() end)
+    b:timeout(0.01, function() order[#order + 1] = "B" end)
+    b:timeout(0.01, function()
+      order[#order + 1] = "C"
+      local ran = tm:poll()
+      order[#order + 1] = ran
+    end)
+    b:timeout(0.02, function() order[#order + 1] = "late" end)
+    assert.are.equal(1, tm:advance(0.01))       -- the outer pass ran A; A's poll ran B and C
+    assert.are.same({ "A", "B", "C", 0 }, order)
+    assert.are.equal(2, inner)
+    b:check()
+    tm:advance(0.01)
+    assert.are.same({ "A", "B", "C", 0, "late" }, order)
+    b:check()
+    tm:stop()
+  end)
+
+  it("poll() inside a periodic task does not run that periodic again", function()
+    local tm = collecting()
+    local b = books(tm)
+    local p
+    p = b:every(0.01, function() tm:poll(); tm:poll() end)
+    local other = b:timeout(0.01, noop)
+    tm:advance(0.01)
+    assert.are.equal(1, b:runs_of(p))
+    assert.are.equal(1, b:runs_of(other))
+    tm:advance(0.01)
+    assert.are.equal(2, b:runs_of(p))
+    b:check()
+    tm:stop()
+  end)
+
+  it("stop() inside a task returns the due siblings, cancelled; poll() goes on and returns", function()
+    local tm = collecting()
+    local b = books(tm)
+    local list
+    b:timeout(0.01, function() list = b:record_stop(tm:stop()) end)
+    local s1 = b:timeout(0.01, noop)
+    local s2 = b:timeout(0.01, noop)
+    local later = b:timeout(1, noop)
+    local p = b:every(0.5, noop)
+    assert.are.equal(1, tm:advance(0.01))
+    assert.are.same({ s1, s2, p, later }, list)     -- deadline order
+    for _, t in ipairs(list) do assert.is_true(t:is_cancelled()) end
+    assert.are.equal(0, tm:pending())
+    assert.are.equal(0, tm:advance(10))
+    b:check()
+    assert.are.same({}, tm:stop())
+  end)
+
+  it("stop() inside a nested poll: the outer poll ends safely", function()
+    local tm = collecting()
+    local b = books(tm)
+    local outer_after
+    b:timeout(0.01, function()
+      tm:poll()
+      outer_after = { pending = tm:pending(), ran = tm:poll() }
+    end)
+    b:timeout(0.01, function() b:record_stop(tm:stop()) end)
+    b:timeout(0.01, noop)
+    assert.are.equal(1, tm:advance(0.01))
+    assert.are.same({ pending = 0, ran = 0 }, outer_after)
+    b:check()
+  end)
+
+  it("stop() inside a periodic task: that periodic is ended, not returned", function()
+    local tm = collecting()
+    local b = books(tm)
+    local list, p
+    p = b:every(0.01, function() list = b:record_stop(tm:stop()) end)
+    local other = b:timeout(1, noop)
+    tm:advance(0.01)
+    assert.are.same({ other }, list)
+    assert.is_true(p:is_expired())
+    assert.is_false(p:is_cancelled())
+    assert.are.equal("expired", state_of(p))
+    tm:advance(1)
+    assert.are.equal(1, b:runs_of(p))
+    b:check()
+  end)
+
+  it("advance() inside a task on the manual clock runs what became due, each once, in order", function()
+    local tm = collecting()
+    local b = books(tm)
+    local order = {}
+    local function log(_, name) order[#order + 1] = name end
+    b:timeout(0.01, function()
+      order[#order + 1] = "A"
+      local ran = tm:advance(0.02)
+      order[#order + 1] = ran
+    end)
+    b:timeout(0.01, log, "B")
+    b:timeout(0.02, log, "C")
+    b:timeout(0.03, log, "D")
+    b:timeout(0.05, log, "E")
+    tm:advance(0.01)
+    assert.are.same({ "A", "B", "C", "D", 3 }, order)
+    tm:advance(0.02)
+    assert.are.same({ "A", "B", "C", "D", 3, "E" }, order)
+    b:check()
+    tm:stop()
+  end)
+
+  it("timeout() from a __gc during poll() or advance() never runs in that same pass, but in the next", function()
+    for _, drive in ipairs({ "poll", "advance" }) do
+      local tm = collecting()
+      local b = books(tm)
+      local from_gc
+      local delay = drive == "poll" and 0 or 0.01
+      b:timeout(delay, function()
+        setmetatable({}, { __gc = function() from_gc = b:timeout(0, noop) end })
+        collectgarbage()
+        collectgarbage()
+      end)
+      b:timeout(delay, noop)
+      local ran = drive == "poll" and tm:poll() or tm:advance(0.01)
+      assert.are.equal(2, ran, drive)
+      assert.is_truthy(from_gc, "the finalizer did not run during " .. drive .. "()")
+      assert.are.equal(0, b:runs_of(from_gc))
+      b:check()
+      assert.are.equal(1, tm:poll())
+      assert.are.equal(1, b:runs_of(from_gc))
+      b:check()
+      tm:stop()
+    end
+  end)
+
+  it("poll() and advance() from a __gc that runs inside a task: each task still runs once", function()
+    local tm = collecting()
+    local b = books(tm)
+    local inner = {}
+    b:timeout(0.01, function()
+      setmetatable({}, { __gc = function()
+        local polled = tm:poll()
+        local advanced = tm:advance(0.01)
+        inner[#inner + 1] = polled
+        inner[#inner + 1] = advanced
+      end })
+      collectgarbage()
+      collectgarbage()
+    end)
+    for i = 1, 3 do b:timeout(0.01, noop, i) end
+    b:timeout(0.02, noop)
+    tm:advance(0.01)
+    assert.are.same({ 3, 1 }, inner)
+    b:check()
+    tm:stop()
+  end)
+
+  it("cancel() of the running task from itself: false for a one-shot, true (ends it) for a periodic", function()
+    local tm = collecting()
+    local b = books(tm)
+    local got = {}
+    local once = b:timeout(0.01, function(self) got.once = self:cancel() end)
+    local p = b:every(0.01, function(self) got.periodic = self:cancel(); got.again = self:cancel() end)
+    tm:advance(0.01)
+    assert.is_false(got.once)
+    assert.is_true(got.periodic)
+    assert.is_false(got.again)
+    assert.is_true(once:is_expired())
+    assert.is_false(once:is_cancelled())
+    assert.is_true(p:is_cancelled())
+    assert.are.equal(0, tm:pending())
+    tm:advance(1)
+    assert.are.equal(1, b:runs_of(p))
+    b:check()
+    tm:stop()
+  end)
+
+  it("cancel() of a due sibling from inside a task: it never runs", function()
+    local tm = collecting()
+    local b = books(tm)
+    local victim
+    b:timeout(0.01, function() assert(victim:cancel()) end)
+    victim = b:timeout(0.01, noop)
+    assert.are.equal(1, tm:advance(0.01))
+    assert.are.equal(0, b:runs_of(victim))
+    b:check()
+    tm:stop()
+  end)
+
+  it("stop() from within on_error returns the siblings; poll() goes on and returns", function()
+    local tm, list
+    local b
+    tm = manual({ on_error = function() list = b:record_stop(tm:stop()) end })
+    b = books(tm)
+    b:timeout(0.01, function() error("first") end)
+    local s = b:timeout(0.01, noop)
+    local p = b:every(0.02, noop)
+    assert.are.equal(1, tm:advance(0.01))
+    assert.are.same({ s, p }, list)
+    assert.are.equal(0, tm:pending())
+    b:check()
+  end)
+
+  it("errors inside on_error (string, table, number, nil) do not stop poll()", function()
+    local calls = 0
+    local raises = { "on_error failed", { "table" }, 42, nil }
+    local tm = manual({ on_error = function() calls = calls + 1; error(raises[calls]) end })
+    local b = books(tm)
+    for i = 1, 4 do b:timeout(0.01, function() error("task " .. i) end) end
+    local fine = b:timeout(0.01, noop)
+    assert.are.equal(5, tm:advance(0.01))
+    assert.are.equal(4, calls)
+    assert.are.equal(1, b:runs_of(fine))
+    b:check()
+    tm:stop()
+  end)
+
+  it("on_error receives the error value unchanged, even nil or a table", function()
+    local tm, errors = collecting()
+    local value = { code = 7 }
+    tm:timeout(0, function() error(value) end)
+    tm:timeout(0, function() error(nil) end)
+    tm:timeout(0, function() error(false) end)
+    assert.are.equal(3, tm:advance(0))
+    assert.are.equal(3, errors.n)
+    assert.are.equal(value, errors[1])
+    assert.is_nil(errors[2])
+    assert.is_false(errors[3])
+    tm:stop()
+  end)
+
+  it("an on_error that calls poll() runs the other due tasks, each once", function()
+    local tm
+    local inner = {}
+    tm = manual({ on_error = function()
+      local ran = tm:poll()
+      inner[#inner + 1] = ran
+    end })
+    local b = books(tm)
+    b:timeout(0.01, function() error("x") end)
+    b:timeout(0.01, function() error("y") end)
+    local c = b:timeout(0.01, noop)
+    assert.are.equal(1, tm:advance(0.01))        -- x; x's on_error ran y; y's ran c
+    assert.are.same({ 1, 1 }, inner)
+    assert.are.equal(1, b:runs_of(c))
+    b:check()
+    tm:stop()
+  end)
+
+  it("a task that stops its timer then schedules gets 'timer is stopped' through on_error", function()
+    local tm, errors = collecting()
+    tm:timeout(0, function() tm:stop(); tm:timeout(0, noop) end)
+    tm:advance(0)
+    assert.are.equal(1, errors.n)
+    assert.matches("timer is stopped", tostring(errors[1]), 1, true)
+  end)
+
+  it("run() inside a task on the manual clock is an error for on_error; wait() returns at once", function()
+    local tm, errors = collecting()
+    local waited
+    tm:timeout(0, function() waited = tm:wait(); tm:run() end)
+    tm:timeout(0, noop)
+    assert.are.equal(2, tm:advance(0))
+    assert.is_true(waited)
+    assert.matches("run() would never end", tostring(errors[1]), 1, true)
+    tm:stop()
+  end)
+
+  it("pending(), stats() and tostring() from inside a task exclude the running one-shot", function()
+    local tm = collecting()
+    local b = books(tm)
+    local seen
+    local t
+    t = b:timeout(0.01, function()
+      seen = { pending = tm:pending(), stats = tm:stats().pending, state = state_of(t), text = tostring(tm) }
+    end)
+    b:timeout(1, noop)
+    tm:advance(0.01)
+    assert.are.same({ pending = 1, stats = 1, state = "running", text = seen.text }, seen)
+    b:check()
+    tm:stop()
+  end)
+
+  it("a task may close its own timer (<close>) like stop()", function()
+    local tm = collecting()
+    local b = books(tm)
+    b:timeout(0.01, function() local closing <close> = tm end)
+    local s = b:timeout(0.01, noop)
+    tm:advance(0.01)
+    assert.is_true(s:is_cancelled())
+    assert.is_true(tm:stats().stopped)
+    assert.are.equal(0, b:runs_of(s))
+  end)
+
+  it("a task re-arming itself with delay 0 runs on the next pass, not the same one", function()
+    local tm = collecting()
+    local runs = 0
+    local function again(t)
+      runs = runs + 1
+      if runs < 5 then t:timer():timeout(0, t:task()) end
+    end
+    tm:timeout(0, again)
+    for i = 1, 5 do
+      assert.are.equal(1, tm:advance(0))
+      assert.are.equal(i, runs)
+    end
+    assert.are.equal(0, tm:poll())
+    tm:stop()
+  end)
+
+  it("stop() inside a task on the real clock: the worker ends while poll() is running", function()
+    local rt = hwt.new({ tick = 0.001, on_error = noop })
+    local b = books(rt)
+    local list
+    b:timeout(0, function() list = b:record_stop(rt:stop()) end)
+    b:timeout(0, noop)
+    local far = b:timeout(3600, noop)
+    local spins = 0
+    while rt:pending() > 0 and spins < 1000 do rt:wait(0.01); rt:poll(); spins = spins + 1 end
+    assert.is_truthy(list)
+    assert.are.equal(far, list[#list])
+    assert.are.equal(0, rt:pending())
+    assert.is_false(rt:wait(0.01))
+    b:check()
+  end)
+
+  it("a finalizer that stops the timer inside timeout()/every() makes that call raise 'timer is stopped'", function()
+    for _, method in ipairs({ "timeout", "every" }) do
+      local tm = manual()
+      local finalized = 0
+      setmetatable({}, { __gc = function() finalized = finalized + 1; tm:stop() end })
+      local outcome
+      for _ = 1, 1e6 do
+        local before = finalized
+        local ok, t, err = pcall(tm[method], tm, 1, noop)
+        if finalized ~= before then
+          outcome = { ok = ok, t = t, err = err }
+          break
+        end
+      end
+      assert.is_truthy(outcome, "the finalizer never ran inside " .. method .. "()")
+      assert(not outcome.ok and tostring(outcome.t):find("timer is stopped", 1, true),
+        ("%s() while a finalizer stopped the timer returned %s, %s"):format(
+          method, show(outcome.t), show(outcome.err)))
+      assert.are.equal(0, tm:pending())
+    end
+  end)
+
+  it("a timer finalized before another finalizer uses it: every call is safe", function()
+    local box = setmetatable({}, { __mode = "k" })
+    local report
+    local holder = setmetatable({}, { __gc = function()
+      local seen = {}
+      for k, v in pairs(box) do seen[v] = k end
+      local tm, t = seen.timer, seen.timeout
+      if not tm then return end
+      report = {
+        timeout = select(2, pcall(tm.timeout, tm, 1, noop)),
+        pending = tm:pending(), poll = tm:poll(), wait = tm:wait(0), stop = #tm:stop(),
+        stopped = tm:stats().stopped, text = tostring(tm), advance = tm:advance(1),
+        cancel = t:cancel(), cancelled = t:is_cancelled(), remaining = t:remaining(),
+        same = rawequal(t:timer(), tm),
+      }
+    end })
+    do
+      local tm = manual()
+      box[tm] = "timer"
+      box[tm:timeout(1, noop)] = "timeout"
+    end
+    holder = nil                                 -- luacheck: ignore
+    collectgarbage()
+    collectgarbage()
+    assert.is_truthy(report, "the timer was not finalized first")
+    assert.matches("timer is stopped", tostring(report.timeout), 1, true)
+    assert.are.same({ 0, 0, false, 0, true, 0, false, true, 0, true },
+      { report.pending, report.poll, report.wait, report.stop, report.stopped, report.advance,
+        report.cancel, report.cancelled, report.remaining, report.same })
+  end)
+
+  it("a garbage timer with pending timeouts is stopped by __gc; its tasks never run", function()
+    local ran = false
+    do
+      local tm = manual()
+      tm:timeout(0, function() ran = true end)
+      tm:every(0.01, function() ran = true end)
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.is_false(ran)
+  end)
+end)
+
+-- ---- waits that could never end -------------------------------------------------------
+
+describe("wait() when nothing can ever become due", function()
+  it("returns false when the only pending timeout is never due (math.huge)", function()
+    local out, killed = run_isolated([[
+      local hwt = require("hwt")
+      local tm = hwt.new()
+      tm:timeout(math.huge, function() end)
+      io.write("wait returned ", tostring(tm:wait()), "\n")
+      tm:stop()
+    ]], 3)
+    assert(not killed and out:find("wait returned false", 1, true),
+      "wait() blocked for ever with only a never-due timeout pending:\n" .. out)
+  end)
+
+  it("returns inside a periodic task whose own next run is the only thing pending", function()
+    local out, killed = run_isolated([[
+      local hwt = require("hwt")
+      local tm = hwt.new({ tick = 0.001 })
+      tm:every(0.001, function(t)
+        io.write("wait returned ", tostring(tm:wait()), "\n")
+        t:cancel()
+      end)
+      tm:wait(1)
+      tm:poll()
+      tm:stop()
+    ]], 3)
+    assert(not killed and out:find("wait returned", 1, true),
+      "wait() inside the periodic task blocked for ever:\n" .. out)
+  end)
+end)
