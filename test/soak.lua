@@ -62,7 +62,8 @@ while hwt.now() < deadline do
     elseif op <= 7 then                                          -- fires soon,
       assert(timer:timeout(random(100) / 1000, on_fire))         -- handle dropped
       scheduled = scheduled + 1
-    else cancel_random(); schedule(random(5000) / 1000) end      -- mid-range
+    elseif op == 8 then cancel_random(); schedule(random(5000) / 1000) -- mid-range
+    else cancel_random(); schedule(60 + random(600)) end
   end
   timer:poll()
   rounds = rounds + 1
