@@ -13,7 +13,7 @@ CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
 CORE_HDR   := src/wheel.h src/engine.h src/compat.h
 BUILD      := build
 
-.PHONY: all test check asan asan-build demo bench-idle soak fuzz clean help deps deps-check
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-idle soak fuzz clean help deps deps-check
 
 all: hwt/core.so
 
@@ -85,6 +85,16 @@ asan: deps asan-build
 demo: deps all
 	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) examples/retry.lua
 
+# Side-by-side benchmark against luv, a Lua heap and Netty (bench/RESULTS.md).
+bench-deps: deps
+	@HWT_BENCH=1 sh test/deps.sh
+
+bench: bench-deps all
+	@LUA=$(LUA) sh bench/run.sh full
+
+bench-quick: deps all
+	@LUA=$(LUA) sh bench/run.sh quick
+
 bench-idle: deps all
 	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) bench/idle.lua
 
@@ -98,5 +108,7 @@ help:
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak"
 	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
+	@echo "make bench    hwt vs luv, a Lua heap and Netty (make bench-deps installs them)"
+	@echo "make bench-quick  a one-minute version of make bench"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

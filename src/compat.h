@@ -25,8 +25,16 @@
 #define lua_absindex(L, idx) \
   ((idx) > 0 || (idx) <= LUA_REGISTRYINDEX ? (idx) : lua_gettop(L) + (idx) + 1)
 #define lua_rawlen(L, idx) lua_objlen(L, idx)
-#define luaL_setfuncs(L, reg, nup) luaL_register(L, NULL, reg)
-#define luaL_newlib(L, reg) (lua_newtable(L), luaL_register(L, NULL, reg))
+/* 5.2's luaL_setfuncs: each function gets the nup values below the table's
+ * top as upvalues; they are popped. */
+static inline void luaL_setfuncs(lua_State *L, const luaL_Reg *reg, int nup) {
+  for (; reg->name; reg++) {
+    for (int i = 0; i < nup; i++) lua_pushvalue(L, -nup);
+    lua_pushcclosure(L, reg->func, nup);
+    lua_setfield(L, -(nup + 2), reg->name);
+  }
+  lua_pop(L, nup);
+}
 #define luaL_setmetatable(L, name) (luaL_getmetatable(L, name), lua_setmetatable(L, -2))
 
 /* 5.1 has no luaL_traceback: ask debug.traceback, or keep the message. */

@@ -17,6 +17,13 @@
 
 #define NS_PER_SEC UINT64_C(1000000000)
 
+/* A due timeout's sort key, copied out of the node so that sorting a tick's
+ * batch runs in one array instead of chasing list pointers (cache misses). */
+struct due_entry {
+  uint64_t deadline_ns, seq;
+  timeout *t;
+};
+
 struct engine {
   pthread_mutex_t lock;
   pthread_cond_t worker_cond;
@@ -30,6 +37,8 @@ struct engine {
   uint64_t next_seq;
   uint64_t worker_wake_ns;      /* when the worker means to wake next */
   uint64_t worker_wakeups;
+  struct due_entry *sort_scratch;          /* collect_locked's sort buffer */
+  size_t sort_scratch_size;
   unsigned refs;                /* the creator's and each queue's, until destroyed */
   unsigned running_queues;      /* queues not yet stopped: the worker's users */
   struct engine *fork_next, *fork_prev;      /* all engines, for fork() */
@@ -166,6 +175,7 @@ void engine_release(engine *eng) {
   pthread_cond_destroy(&eng->worker_cond);
   pthread_mutex_destroy(&eng->lock);
   wheel_free(&eng->wheel);
+  free(eng->sort_scratch);
   free(eng);
 }
 
@@ -275,13 +285,82 @@ static void disarm_locked(engine *eng, timeout *t) {
   t->owner->armed--;
 }
 
-/* Moves every timeout due by now_ns to its queue's due list. */
+static bool entry_before(const struct due_entry *a, const struct due_entry *b) {
+  return a->deadline_ns != b->deadline_ns ? a->deadline_ns < b->deadline_ns : a->seq < b->seq;
+}
+
+static void swap_entries(struct due_entry *a, struct due_entry *b) {
+  struct due_entry held = *a;
+  *a = *b;
+  *b = held;
+}
+
+/* Quicksort with an inlined comparison (qsort's indirect calls cost more than
+ * the sort itself here); insertion sort below SMALL_SORT entries. Recurses
+ * into the smaller side only, so the depth is O(log n). */
+#define SMALL_SORT 16
+static void sort_entries(struct due_entry *entries, size_t count) {
+  while (count > SMALL_SORT) {
+    size_t last = count - 1, middle = count / 2;
+    if (entry_before(&entries[middle], &entries[0])) swap_entries(&entries[middle], &entries[0]);
+    if (entry_before(&entries[last], &entries[0])) swap_entries(&entries[last], &entries[0]);
+    if (entry_before(&entries[last], &entries[middle])) swap_entries(&entries[last], &entries[middle]);
+    struct due_entry pivot = entries[middle];
+    size_t i = 0, j = last;
+    for (;;) {
+      while (entry_before(&entries[i], &pivot)) i++;
+      while (entry_before(&pivot, &entries[j])) j--;
+      if (i >= j) break;
+      swap_entries(&entries[i++], &entries[j--]);
+    }
+    size_t left = j + 1;                       /* [0, j] and [j + 1, count) */
+    if (left < count - left) {
+      sort_entries(entries, left);
+      entries += left;
+      count -= left;
+    } else {
+      sort_entries(entries + left, count - left);
+      count = left;
+    }
+  }
+  for (size_t i = 1; i < count; i++) {
+    struct due_entry moving = entries[i];
+    size_t j = i;
+    for (; j > 0 && entry_before(&moving, &entries[j - 1]); j--) entries[j] = entries[j - 1];
+    entries[j] = moving;
+  }
+}
+
+/* Copies the batch into the scratch array; false when memory is short. */
+static bool copy_to_scratch(engine *eng, wheel_list *batch, size_t count) {
+  if (count > eng->sort_scratch_size) {
+    struct due_entry *grown = realloc(eng->sort_scratch, count * sizeof *grown);
+    if (!grown) return false;
+    eng->sort_scratch = grown;
+    eng->sort_scratch_size = count;
+  }
+  size_t i = 0;
+  for (wheel_node *n = batch->head; n; n = n->next, i++) {
+    timeout *t = timeout_of(n);
+    eng->sort_scratch[i] = (struct due_entry){t->deadline_ns, t->seq, t};
+  }
+  return true;
+}
+
+/* Moves every timeout due by now_ns to its queue's due list, in order. */
 static void collect_locked(engine *eng, uint64_t now_ns) {
   uint64_t now_tick = now_ns / eng->tick_ns;
   if (now_tick <= eng->wheel.now_tick) return;
   wheel_list batch = {0};
+  size_t count = eng->wheel.count;
   wheel_advance(&eng->wheel, now_tick, &batch);
-  sort_by_deadline(&batch);
+  count -= eng->wheel.count;
+  if (count > 1 && copy_to_scratch(eng, &batch, count)) {
+    sort_entries(eng->sort_scratch, count);
+    for (size_t i = 0; i < count; i++) make_due_locked(eng->sort_scratch[i].t);
+    return;
+  }
+  sort_by_deadline(&batch);                        /* no memory for the array */
   wheel_node *n;
   while ((n = wheel_list_pop_front(&batch))) make_due_locked(timeout_of(n));
 }
@@ -492,10 +571,9 @@ bool tq_finish(timeout *t) {
   timer_queue *q = t->owner;
   engine *eng = lock_engine(q);
   if (!eng) return false;
-  uint64_t now_ns = engine_now(eng);
   bool rearmed = t->state == TIMEOUT_RUNNING && t->interval_ns && !q->stopped;
   if (rearmed) {
-    t->deadline_ns = next_beat(t->deadline_ns, t->interval_ns, now_ns);
+    t->deadline_ns = next_beat(t->deadline_ns, t->interval_ns, engine_now(eng));
     t->seq = eng->next_seq++;
     arm_locked(eng, t);
   } else if (t->state == TIMEOUT_RUNNING) {

@@ -47,12 +47,27 @@ typedef struct lhwt_timeout {
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* Every function of the module has both metatables as upvalues: checking a
+ * type is a pointer comparison, not a registry lookup by name. */
+#define TIMER_MT_UPVALUE lua_upvalueindex(1)
+#define TIMEOUT_MT_UPVALUE lua_upvalueindex(2)
+
+static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
+  void *object = lua_touserdata(L, idx);
+  if (object && lua_getmetatable(L, idx)) {
+    bool same_class = lua_rawequal(L, -1, mt_upvalue);
+    lua_pop(L, 1);
+    if (same_class) return object;
+  }
+  return luaL_checkudata(L, idx, name);          /* raises the usual message */
+}
+
 static lhwt_timer *check_timer(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, TIMER_MT);
+  return check_class(L, idx, TIMER_MT_UPVALUE, TIMER_MT);
 }
 
 static lhwt_timeout *check_timeout(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, TIMEOUT_MT);
+  return check_class(L, idx, TIMEOUT_MT_UPVALUE, TIMEOUT_MT);
 }
 
 static double ns_to_seconds(uint64_t ns) {
@@ -96,10 +111,6 @@ static bool check_task(lua_State *L, int idx) {
   }
   return luaL_argerror(L, idx,
       "task must be a function, a callable or a table with a 'run' method");
-}
-
-static void check_running(lua_State *L, lhwt_timer *tm) {
-  if (tq_is_stopped(&tm->queue)) luaL_error(L, "timer is stopped");
 }
 
 static void push_anchors(lua_State *L, int timer_idx) {
@@ -216,10 +227,8 @@ static void push_refusal(lua_State *L, uint64_t max_pending) {
   lua_pushstring(L, message);
 }
 
-static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
-  lhwt_timer *tm = check_timer(L, 1);
+static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t interval_ns) {
   bool run_method = check_task(L, 3);
-  check_running(L, tm);
   int nargs = lua_gettop(L) - 3;
   luaL_argcheck(L, nargs <= MAX_TASK_ARGS, 3 + MAX_TASK_ARGS, "too many task arguments");
   lhwt_timeout *to = compat_newuserdata(L, sizeof *to, TIMEOUT_UV_ARGS - 1 + nargs);
@@ -227,7 +236,8 @@ static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
   to->anchor_ref = LUA_NOREF;
   to->nargs = nargs;
   to->run_method = run_method;
-  luaL_setmetatable(L, TIMEOUT_MT);
+  lua_pushvalue(L, TIMEOUT_MT_UPVALUE);
+  lua_setmetatable(L, -2);
   int timeout_idx = lua_gettop(L);
   lua_pushvalue(L, 1);
   compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TIMER);
@@ -246,8 +256,7 @@ static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
     return 1;
   }
   unanchor(L, lua_gettop(L), to);
-  if (result == TQ_STOPPED)              /* by a finalizer, during this call */
-    return luaL_error(L, "timer is stopped");
+  if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
   lua_pushnil(L);
   if (result == TQ_FULL)
     push_refusal(L, tm->queue.max_pending);
@@ -257,17 +266,17 @@ static int schedule(lua_State *L, uint64_t delay_ns, uint64_t interval_ns) {
 }
 
 static int timer_timeout(lua_State *L) {
-  check_timer(L, 1);
-  return schedule(L, check_delay_ns(L, 2, "delay"), 0);
+  lhwt_timer *tm = check_timer(L, 1);
+  return schedule(L, tm, check_delay_ns(L, 2, "delay"), 0);
 }
 
 static int timer_every(lua_State *L) {
-  check_timer(L, 1);
+  lhwt_timer *tm = check_timer(L, 1);
   luaL_argcheck(L, luaL_checknumber(L, 2) > 0, 2, "interval must be > 0");
   uint64_t interval_ns = check_delay_ns(L, 2, "interval");
-  if (interval_ns == ENGINE_NEVER) return schedule(L, ENGINE_NEVER, ENGINE_MAX_DELAY_NS);
+  if (interval_ns == ENGINE_NEVER) return schedule(L, tm, ENGINE_NEVER, ENGINE_MAX_DELAY_NS);
   if (interval_ns == 0) interval_ns = 1;         /* below a nanosecond */
-  return schedule(L, interval_ns, interval_ns);
+  return schedule(L, tm, interval_ns, interval_ns);
 }
 
 static int timer_poll(lua_State *L) {
@@ -493,7 +502,8 @@ static int hwt_new(lua_State *L) {
       lua_pop(L, 1);
     }
   }
-  luaL_setmetatable(L, TIMER_MT);
+  lua_pushvalue(L, TIMER_MT_UPVALUE);
+  lua_setmetatable(L, timer_idx);
   tm->manual_clock = opts.manual_clock;
   tm->tick_ns = seconds_to_ns(opts.tick);
   engine *eng = engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
@@ -602,28 +612,40 @@ static const luaL_Reg module_functions[] = {
   {"new", hwt_new}, {"now", hwt_now}, {NULL, NULL}
 };
 
-/* Creates metatable `name` with its metamethods and an __index table of
- * methods; leaves the methods table on the stack. */
-static void new_class(lua_State *L, const char *name, const luaL_Reg *meta,
-                      const luaL_Reg *methods) {
-  luaL_newmetatable(L, name);
-  luaL_setfuncs(L, meta, 0);
+/* Fills the metatable at mt_idx: its metamethods, its name and an __index
+ * table of methods, which it leaves on the stack. Every function gets the
+ * two metatables as upvalues (at mts_idx, mts_idx + 1). */
+static void fill_class(lua_State *L, int mt_idx, int mts_idx, const char *name,
+                       const luaL_Reg *meta, const luaL_Reg *methods) {
+  lua_pushvalue(L, mt_idx);
+  lua_pushvalue(L, mts_idx);
+  lua_pushvalue(L, mts_idx + 1);
+  luaL_setfuncs(L, meta, 2);
   lua_pushstring(L, name);
   lua_setfield(L, -2, "__name");
   lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
+  lua_pushvalue(L, mts_idx);
+  lua_pushvalue(L, mts_idx + 1);
+  luaL_setfuncs(L, methods, 2);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index");
   lua_remove(L, -2);
 }
 
 int luaopen_hwt_core(lua_State *L) {
-  luaL_newlib(L, module_functions);
-  new_class(L, TIMER_MT, timer_metamethods, timer_methods);
-  lua_setfield(L, -2, "Timer");
-  new_class(L, TIMEOUT_MT, timeout_metamethods, timeout_methods);
-  lua_setfield(L, -2, "Timeout");
+  luaL_newmetatable(L, TIMER_MT);
+  int mts_idx = lua_gettop(L);
+  luaL_newmetatable(L, TIMEOUT_MT);
+  lua_newtable(L);
+  int module_idx = lua_gettop(L);
+  lua_pushvalue(L, mts_idx);
+  lua_pushvalue(L, mts_idx + 1);
+  luaL_setfuncs(L, module_functions, 2);
+  fill_class(L, mts_idx, mts_idx, TIMER_MT, timer_metamethods, timer_methods);
+  lua_setfield(L, module_idx, "Timer");
+  fill_class(L, mts_idx + 1, mts_idx, TIMEOUT_MT, timeout_metamethods, timeout_methods);
+  lua_setfield(L, module_idx, "Timeout");
   lua_pushliteral(L, HWT_VERSION);
-  lua_setfield(L, -2, "_VERSION");
+  lua_setfield(L, module_idx, "_VERSION");
   return 1;
 }

@@ -13,6 +13,12 @@ if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer needs clang
   clang_runtime=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
   [ -f "$clang_runtime" ] || missing="$missing libclang-rt-14-dev"
 fi
+if [ "${HWT_BENCH:-}" = 1 ]; then          # make bench: the peers
+  "$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"
+  [ -f /usr/share/lua/5.3/binaryheap.lua ] || missing="$missing lua-binaryheap"
+  [ -f /usr/share/java/netty-common.jar ] || missing="$missing libnetty-java"
+  command -v javac >/dev/null 2>&1 || missing="$missing default-jdk-headless"
+fi
 [ -z "$missing" ] && exit 0
 echo "hwt: installing Debian packages:$missing"
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

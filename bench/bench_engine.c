@@ -1,0 +1,235 @@
+/*
+ * bench_engine.c — microbenchmark of the engine alone (no Lua).
+ *
+ *   cc -O2 -std=c11 -Wall -Wextra -Wpedantic -Werror -Isrc -pthread \
+ *      bench/bench_engine.c src/wheel.c src/engine.c -o build/bench_engine
+ *   build/bench_engine [N [PHASE]]  (N defaults to 1000000)
+ *
+ * PHASE (for profiling one part alone): real, manual, expire or ref;
+ * all of them by default.
+ *
+ * With N timeouts from one calloc'd array (pre-faulted, so page faults are
+ * not charged to the engine; their cost is printed as an INFO line):
+ *
+ *   schedule         tq_schedule, delays uniform in [1 s, 60 s], tick 1 ms,
+ *                    wheel 512, real clock (engine_new(..., false): the
+ *                    worker thread runs, as for users)
+ *   cancel           tq_cancel of all of them, in random order
+ *   schedule_manual  the same schedule on a manual-clock engine
+ *   expire           manual clock, delays uniform in [0, 1 s]: then
+ *                    engine_advance_manual in 1 ms steps, each followed by
+ *                    tq_poll_begin / tq_pop_due / tq_finish until drained;
+ *                    the time of advance + pop + finish per expired timeout
+ *
+ * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
+ * (breakdowns and reference costs) that scripts may ignore. Delays and the
+ * cancel order are drawn before timing starts, so the RNG is not measured.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+#define TICK_NS UINT64_C(1000000)
+#define WHEEL_SLOTS 512
+#define SEC UINT64_C(1000000000)
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rng_state = UINT64_C(0x9E3779B97F4A7C15);
+
+static uint64_t rng_next(void) {                 /* splitmix64 */
+  uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi] (the modulo bias is far below what matters here). */
+static uint64_t rng_range(uint64_t lo, uint64_t hi) {
+  return lo + rng_next() % (hi - lo + 1);
+}
+
+static void fail(const char *what) {
+  fprintf(stderr, "bench_engine: %s\n", what);
+  exit(1);
+}
+
+static void result(const char *op, double ns_per_op) {
+  printf("RESULT engine %s ns_per_op %.1f\n", op, ns_per_op);
+  fflush(stdout);
+}
+
+static void info(const char *what, double ns_per_op) {
+  printf("INFO engine %s ns_per_op %.1f\n", what, ns_per_op);
+  fflush(stdout);
+}
+
+typedef struct bench {
+  size_t n;
+  timeout *timeouts;          /* one calloc'd array of n */
+  uint64_t *delays;
+  uint32_t *order;            /* a random permutation of 0..n-1 */
+} bench;
+
+static void draw_delays(bench *b, uint64_t lo, uint64_t hi) {
+  for (size_t i = 0; i < b->n; i++) b->delays[i] = rng_range(lo, hi);
+}
+
+static engine *new_engine(bool manual, timer_queue *q) {
+  engine *eng = engine_new(TICK_NS, WHEEL_SLOTS, manual);
+  if (!eng) fail("engine_new failed");
+  if (tq_init(q, eng, 0) != TQ_OK) fail("tq_init failed");
+  engine_release(eng);                           /* the queue holds it */
+  return eng;
+}
+
+/* ns per tq_schedule of all n timeouts. */
+static double time_schedule(bench *b, timer_queue *q) {
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++)
+    if (tq_schedule(q, &b->timeouts[i], b->delays[i], 0) != TQ_OK) fail("tq_schedule failed");
+  uint64_t elapsed = now_ns() - start;
+  if (tq_pending(q) != b->n) fail("pending count wrong after scheduling");
+  return (double)elapsed / (double)b->n;
+}
+
+/* ns per tq_cancel of all n timeouts, in random order or in array order. */
+static double time_cancel(bench *b, timer_queue *q, bool random_order) {
+  size_t cancelled = 0;
+  uint64_t start = now_ns();
+  if (random_order) {
+    for (size_t i = 0; i < b->n; i++) cancelled += tq_cancel(&b->timeouts[b->order[i]]);
+  } else {
+    for (size_t i = 0; i < b->n; i++) cancelled += tq_cancel(&b->timeouts[i]);
+  }
+  uint64_t elapsed = now_ns() - start;
+  if (cancelled != b->n || tq_pending(q) != 0) fail("not every timeout was cancelled");
+  return (double)elapsed / (double)b->n;
+}
+
+/* Reference costs: what a clock read and an uncontended lock pair cost here. */
+static void reference_costs(void) {
+  enum { REPS = 10000000 };
+  volatile uint64_t sink = 0;
+  uint64_t start = now_ns();
+  for (int i = 0; i < REPS; i++) sink += engine_monotonic_ns();
+  info("ref_clock_gettime", (double)(now_ns() - start) / REPS);
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  start = now_ns();
+  for (int i = 0; i < REPS; i++) {
+    pthread_mutex_lock(&m);
+    sink++;
+    pthread_mutex_unlock(&m);
+  }
+  info("ref_mutex_lock_unlock", (double)(now_ns() - start) / REPS);
+  (void)sink;
+}
+
+/* 1) schedule + cancel on the real clock (the worker thread is running). */
+static void bench_real_clock(bench *b) {
+  timer_queue q;
+  new_engine(false, &q);
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  result("schedule", time_schedule(b, &q));
+  result("cancel", time_cancel(b, &q, true));
+  tq_destroy(&q);
+}
+
+/* 2) the same on a manual clock (no worker, no clock_gettime), plus
+ * cancel in array order, which shows what the random order's cache misses
+ * cost. */
+static void bench_manual_clock(bench *b) {
+  timer_queue q;
+  new_engine(true, &q);
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  result("schedule_manual", time_schedule(b, &q));
+  info("cancel_manual_random_order", time_cancel(b, &q, true));
+  info("schedule_manual_again", time_schedule(b, &q));
+  info("cancel_manual_array_order", time_cancel(b, &q, false));
+  tq_destroy(&q);
+}
+
+/* 3) expiry: advance in 1 ms steps and drain after each. */
+static void bench_expire(bench *b) {
+  timer_queue q;
+  engine *eng = new_engine(true, &q);
+  draw_delays(b, 0, 1 * SEC);
+  info("schedule_manual_0_to_1s", time_schedule(b, &q));
+  uint64_t advance_ns = 0, drain_ns = 0, fired = 0;
+  uint64_t steps = SEC / TICK_NS;
+  for (uint64_t step = 0; step < steps; step++) {
+    uint64_t t0 = now_ns();
+    engine_advance_manual(eng, TICK_NS);
+    uint64_t t1 = now_ns();
+    uint64_t seq_limit = tq_poll_begin(&q);
+    timeout *t;
+    while ((t = tq_pop_due(&q, seq_limit))) {
+      if (tq_finish(t)) fail("a one-shot timeout was re-armed");
+      fired++;
+    }
+    uint64_t t2 = now_ns();
+    advance_ns += t1 - t0;
+    drain_ns += t2 - t1;
+  }
+  if (fired != b->n || tq_pending(&q) != 0) fail("not every timeout expired");
+  for (size_t i = 0; i < b->n; i++)
+    if (timeout_state(&b->timeouts[i]) != TIMEOUT_DONE) fail("a timeout is not done");
+  result("expire", (double)(advance_ns + drain_ns) / (double)b->n);
+  info("expire_advance_part", (double)advance_ns / (double)b->n);
+  info("expire_poll_pop_finish_part", (double)drain_ns / (double)b->n);
+  tq_destroy(&q);
+}
+
+int main(int argc, char **argv) {
+  bench b = {.n = 1000000};
+  const char *phase = argc > 2 ? argv[2] : "all";
+  bool all = strcmp(phase, "all") == 0;
+  if (!all && strcmp(phase, "real") && strcmp(phase, "manual") && strcmp(phase, "expire") &&
+      strcmp(phase, "ref"))
+    fail("PHASE must be all, real, manual, expire or ref");
+  if (argc > 1) {
+    char *end;
+    unsigned long long n = strtoull(argv[1], &end, 10);
+    if (*end || n == 0 || n > UINT32_MAX) fail("usage: bench_engine [N [PHASE]], 1 <= N < 2^32");
+    b.n = (size_t)n;
+  }
+  b.timeouts = calloc(b.n, sizeof *b.timeouts);
+  b.delays = malloc(b.n * sizeof *b.delays);
+  b.order = malloc(b.n * sizeof *b.order);
+  if (!b.timeouts || !b.delays || !b.order) fail("out of memory");
+
+  /* Fault the array's pages in now: that cost belongs to the allocator. */
+  uint64_t start = now_ns();
+  memset(b.timeouts, 0, b.n * sizeof *b.timeouts);
+  info("prefault_timeout_array", (double)(now_ns() - start) / (double)b.n);
+
+  for (size_t i = 0; i < b.n; i++) b.order[i] = (uint32_t)i;
+  for (size_t i = b.n - 1; i > 0; i--) {         /* Fisher-Yates */
+    size_t j = (size_t)(rng_next() % (i + 1));
+    uint32_t swap = b.order[i];
+    b.order[i] = b.order[j];
+    b.order[j] = swap;
+  }
+  printf("INFO engine n %zu sizeof_timeout %zu tick_ns %" PRIu64 " wheel %d\n", b.n,
+         sizeof(timeout), TICK_NS, WHEEL_SLOTS);
+
+  if (all || !strcmp(phase, "real")) bench_real_clock(&b);
+  if (all || !strcmp(phase, "manual")) bench_manual_clock(&b);
+  if (all || !strcmp(phase, "expire")) bench_expire(&b);
+  if (all || !strcmp(phase, "ref")) reference_costs();
+
+  free(b.order);
+  free(b.delays);
+  free(b.timeouts);
+  return 0;
+}
