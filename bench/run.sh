@@ -1,0 +1,230 @@
+#!/bin/sh
+# Side-by-side timer benchmark (issue: "Make hwt the fastest timer a Lua
+# program can use").   sh bench/run.sh full|quick
+#
+# Every (peer, workload) runs in a fresh process with the same N and the same
+# pseudo-random delays (xorshift64*, fixed seed; see bench/lua_bench.lua).
+#   peers:  hwt, luv, heap (Lua processes: bench/lua_bench.lua),
+#           netty (bench/netty/HwtBench.java on netty-common's HashedWheelTimer),
+#           engine (build/bench_engine: hwt's C engine alone, ns per op).
+#   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
+#   W6 is given N/5 as its N (every peer receives the count it must schedule).
+# A peer that cannot run is shown as "missing", a run that fails as "failed".
+# full writes bench/RESULTS.md below the line <!-- bench:run --> (the part above
+# it is kept); quick only prints.
+set -u
+MODE=${1:-quick}
+case $MODE in
+  full)  N=1000000; IDLE=5; TMO=900 ;;
+  quick) N=100000;  IDLE=1; TMO=120 ;;
+  *) echo "usage: sh bench/run.sh full|quick" >&2; exit 2 ;;
+esac
+N6=$((N / 5))
+cd "$(dirname "$0")/.." || exit 1
+LUA=${LUA:-lua5.4}
+export LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;'
+NETTY_JAR=${NETTY_JAR:-/usr/share/java/netty-common.jar}
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/hwt-bench.XXXXXX") || exit 1
+trap 'rm -rf "$OUT"' EXIT INT TERM
+RES=$OUT/results
+: > "$RES"
+START=$(date +%s)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+say() { printf '%s\n' "$*" >&2; }
+
+[ -f hwt/core.so ] || make -s all >&2 || { say "cannot build hwt/core.so"; exit 1; }
+
+# ---------------------------------------------------------------- peers present
+present() { grep -qx "$1" "$OUT/present" 2>/dev/null; }
+: > "$OUT/present"
+$LUA -e 'require("hwt")' 2>/dev/null && printf 'hwt\nlua\n' >> "$OUT/present"
+$LUA -e 'require("luv")' 2>/dev/null && echo luv >> "$OUT/present"
+# The heap peer needs a heap (lua-binaryheap, else a built-in one) and luv's
+# uv.sleep for its scheduler loop.
+present luv && echo heap >> "$OUT/present"
+if command -v java >/dev/null 2>&1 && [ -f "$NETTY_JAR" ] && [ -f bench/netty/HwtBench.java ]; then
+  if [ ! -f bench/netty/build/HwtBench.class ] ||
+     [ bench/netty/HwtBench.java -nt bench/netty/build/HwtBench.class ]; then
+    if command -v javac >/dev/null 2>&1; then
+      say "compiling bench/netty/HwtBench.java"
+      mkdir -p bench/netty/build
+      javac -d bench/netty/build -cp "$NETTY_JAR" bench/netty/HwtBench.java >&2 ||
+        say "javac failed: netty will be missing"
+    fi
+  fi
+  [ -f bench/netty/build/HwtBench.class ] && echo netty >> "$OUT/present"
+fi
+if [ -f bench/bench_engine.c ]; then
+  if [ ! -x build/bench_engine ] || [ bench/bench_engine.c -nt build/bench_engine ] ||
+     [ src/engine.c -nt build/bench_engine ] || [ src/wheel.c -nt build/bench_engine ]; then
+    mkdir -p build
+    say "building build/bench_engine"
+    ${CC:-cc} -O2 -std=c11 -Isrc -pthread bench/bench_engine.c src/wheel.c src/engine.c \
+      -o build/bench_engine >&2 || say "bench_engine build failed: engine will be missing"
+  fi
+  [ -x build/bench_engine ] && echo engine >> "$OUT/present"
+fi
+say "peers present: $(tr '\n' ' ' < "$OUT/present")(mode $MODE, N=$N)"
+
+# ---------------------------------------------------------------- runs
+# run <peer> <workload> <n> [seconds]: one fresh process; its RESULT lines go
+# to $RES, and a STATUS line when it could not run.
+run() {
+  peer=$1 w=$2 n=$3 s=${4:-}
+  if ! present "$peer"; then echo "STATUS $peer $w missing" >> "$RES"; return; fi
+  say "  $peer $w n=$n${s:+ seconds=$s}"
+  case $peer in
+    netty) set -- java -cp "bench/netty/build:$NETTY_JAR" HwtBench "$w" "$n" $s ;;
+    *)     set -- "$LUA" bench/lua_bench.lua "$peer" "$w" "$n" $s ;;
+  esac
+  if timeout "$TMO" "$@" > "$OUT/one" 2> "$OUT/err"; then
+    grep '^RESULT ' "$OUT/one" >> "$RES"
+  else
+    rc=$?
+    grep '^RESULT ' "$OUT/one" >> "$RES"
+    if [ $rc = 3 ]; then echo "STATUS $peer $w missing" >> "$RES"
+    else echo "STATUS $peer $w failed" >> "$RES"; say "    failed (exit $rc):"; sed 's/^/    /' "$OUT/err" >&2
+    fi
+  fi
+}
+
+PEERS="hwt luv heap netty"
+run lua W0 "$N"          # closure floor (Lua alone; uses hwt.now() as its clock)
+for w in W1 W2 W3 W4 W5 W6; do
+  for p in $PEERS; do
+    case $w in
+      W5) run "$p" W5 "$N" "$IDLE" ;;
+      W6) run "$p" W6 "$N6" ;;
+      *)  run "$p" "$w" "$N" ;;
+    esac
+  done
+done
+if present engine; then
+  say "  engine n=$N"
+  if timeout "$TMO" build/bench_engine "$N" > "$OUT/one" 2> "$OUT/err"; then
+    grep '^RESULT ' "$OUT/one" >> "$RES"
+  else
+    echo "STATUS engine all failed" >> "$RES"; sed 's/^/    /' "$OUT/err" >&2
+  fi
+else
+  echo "STATUS engine all missing" >> "$RES"
+fi
+END=$(date +%s)
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---------------------------------------------------------------- table
+table() {
+awk -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v ELAPSED=$((END - START)) -v LOAD="$LOAD0 -> $LOAD1" '
+function fmt(v) {
+  if (v == "") return "-"
+  if (v !~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) return v
+  v += 0; a = v < 0 ? -v : v
+  if (a == 0) return "0"
+  if (a >= 1e6) return sprintf("%.3gM", v / 1e6)
+  if (a >= 1e4) return sprintf("%.0f", v)
+  if (a >= 100) return sprintf("%.1f", v)
+  if (a >= 1) return sprintf("%.3g", v)
+  return sprintf("%.3g", v)
+}
+function isnum(v) { return v ~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/ }
+function ratio(h, p, higher, m) {
+  if (!isnum(h) || !isnum(p)) return "-"
+  h += 0; p += 0
+  if (m == "cpu_s" && h < 0.001 && p < 0.001) return "~"
+  if (h < 0 || p < 0) return "n/a"
+  if (higher) { if (p == 0) return "-"; return sprintf("%.2f", h / p) }
+  if (h == 0) return (p == 0) ? "=" : "inf"
+  return sprintf("%.2f", p / h)
+}
+function cell(peer, w, m) {
+  if ((peer SUBSEP w SUBSEP m) in val) return fmt(val[peer, w, m])
+  if ((peer SUBSEP w) in status) return status[peer, w]
+  return "-"
+}
+function raw(peer, w, m) { return ((peer SUBSEP w SUBSEP m) in val) ? val[peer, w, m] : "" }
+$1 == "RESULT" { val[$2, $3, $4] = $5; if ($4 == "heap_impl") heapimpl = $5 }
+$1 == "STATUS" { status[$2, $3] = $4 }
+END {
+  # workload, metric, higher-is-better, label
+  nr = split("W1 ops_per_s 1 schedule|W1 bytes_per_timeout 0 RSS/pending|" \
+    "W2 ops_per_s 1 cancel (random order)|W3 ops_per_s 1 churn schedule+cancel|" \
+    "W4 wall_s 0 fire: wall, 1st schedule..last cb|W4 late_p50_ms 0 fire: lateness p50 ms|" \
+    "W4 late_p99_ms 0 fire: lateness p99 ms|W4 late_p99_after_ms 0 fire: p99 ms, due after sched|" \
+    "W4 late_max_ms 0 fire: lateness max ms|W4 early 0 fire: callbacks before deadline|" \
+    "W4 cpu_s 0 fire: process CPU s|" \
+    "W5 cpu_s 0 idle: process CPU s|W5 wakeups 0 idle: timer thread wake-ups|" \
+    "W5 worker_wakeups 0 idle: hwt stats().worker_wakeups|" \
+    "W6 cpu_s 0 spread: process CPU s|W6 late_p99_ms 0 spread: lateness p99 ms|" \
+    "W6 late_p50_ms 0 spread: lateness p50 ms|W6 late_max_ms 0 spread: lateness max ms|" \
+    "W6 early 0 spread: callbacks before deadline", rows, "|")
+  printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
+  printf("One process per cell, one run each; load average before -> after: %s (other load skews results).\n", LOAD)
+  printf("Ratios: >1 means hwt is better (throughput: hwt/peer; times, CPU, bytes, lateness, wake-ups: peer/hwt);\n")
+  printf("n/a = a negative (early) value; inf = hwt measured 0; ~ = both below 1 ms CPU;\n")
+  printf("missing = peer not installed; failed = run failed. Lateness = callback time - (time at schedule + delay).\n")
+  printf("luv counts deadlines from its cached loop time (1 ms units), not refreshed during a burst of\n")
+  printf("schedules, so its callbacks can run early (negative lateness; see the early rows).\n\n")
+  fmtrow = "%-8s %-34s %10s %10s %10s %10s %9s %9s %9s\n"
+  printf(fmtrow, "workload", "metric", "hwt", "luv", "heap", "netty", "hwt/luv", "hwt/heap", "hwt/netty")
+  printf(fmtrow, "--------", "------", "---", "---", "----", "-----", "-------", "--------", "---------")
+  for (i = 1; i <= nr; i++) {
+    split(rows[i], f, " "); w = f[1]; m = f[2]; hi = f[3] + 0
+    label = rows[i]; sub(/^[^ ]+ [^ ]+ [^ ]+ /, "", label)
+    if (m == "ops_per_s") label = label " ops/s"
+    if (m == "bytes_per_timeout") label = label " bytes"
+    h = raw("hwt", w, m)
+    printf(fmtrow, w, label, cell("hwt", w, m), cell("luv", w, m), cell("heap", w, m), cell("netty", w, m),
+      ratio(h, raw("luv", w, m), hi, m), ratio(h, raw("heap", w, m), hi, m), ratio(h, raw("netty", w, m), hi, m))
+  }
+  printf("\nreference: Lua closure floor (create+store N closures, nothing else): %s ops/s\n", cell("lua", "W0", "ops_per_s"))
+  if (heapimpl != "") printf("heap peer: %s minUnique (index-tracked removal), loop sleeps with uv.sleep(ms)\n", heapimpl)
+  printf("\nC engine alone (build/bench_engine %d):\n", N)
+  if (("engine" SUBSEP "all") in status) printf("  engine: %s\n", status["engine", "all"])
+  else {
+    split("schedule cancel expire", ops, " ")
+    for (k = 1; k <= 3; k++) printf("  %-10s %10s ns/op\n", ops[k], cell("engine", ops[k], "ns_per_op"))
+  }
+  # Sanity: every peer got the count it was asked for.
+  for (key in val) {
+    split(key, kk, SUBSEP)
+    if (kk[3] == "n") { want = (kk[2] == "W6") ? N6 : N; if (val[key] + 0 != want) printf("WARNING: %s %s ran n=%s, expected %d\n", kk[1], kk[2], val[key], want) }
+  }
+}' "$RES"
+}
+
+table > "$OUT/table"
+cat "$OUT/table"
+
+if [ "$MODE" = full ]; then
+  R=bench/RESULTS.md
+  MARK='<!-- bench:run -->'
+  if [ -f "$R" ] && grep -qxF "$MARK" "$R"; then
+    sed "/^$MARK\$/q" "$R" > "$OUT/md"
+  else
+    { [ -f "$R" ] && cat "$R" && echo; echo "$MARK"; } > "$OUT/md"
+  fi
+  {
+    echo
+    echo "## Side-by-side run ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo "Command: \`sh bench/run.sh full\` (\`make bench\`), from the project root."
+    echo
+    echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
+      "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(uname -sr)."
+    echo
+    echo "Versions:"
+    echo "- $($LUA -v 2>&1 | head -n1)"
+    echo "- luv $($LUA -e 'print(require("luv").version_string())' 2>/dev/null || echo missing) (libuv)"
+    echo "- heap peer: $(grep -m1 'heap_impl' "$RES" | awk '{print $5}' || true) (lua-binaryheap from /usr/share/lua/5.1 when installed)"
+    echo "- java: $(java -version 2>&1 | head -n1 || echo missing)"
+    NV=$(unzip -p "$NETTY_JAR" META-INF/MANIFEST.MF 2>/dev/null | sed -n 's/^Implementation-Version: *//p' | tr -d '\r' | head -n1)
+    echo "- netty: $NETTY_JAR ${NV:-version unknown}"
+    echo "- $(${CC:-cc} --version 2>/dev/null | head -n1)"
+    echo
+    echo '```'
+    cat "$OUT/table"
+    echo '```'
+  } >> "$OUT/md"
+  cp "$OUT/md" "$R"
+  say "wrote $R"
+fi
