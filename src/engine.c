@@ -6,13 +6,13 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
+#else
+#include <fcntl.h>
 #endif
 
 #define NS_PER_SEC UINT64_C(1000000000)
@@ -488,9 +488,10 @@ bool tq_is_stopped(timer_queue *q) {
 }
 
 int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns) {
-  engine *eng = lock_engine(q);
+  engine *eng = q->eng;
   if (!eng) return TQ_STOPPED;
-  uint64_t now_ns = engine_now(eng);
+  uint64_t now_ns = engine_now(eng);              /* outside the lock */
+  pthread_mutex_lock(&eng->lock);
   int result = TQ_OK;
   if (q->stopped) result = TQ_STOPPED;
   else if (q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
