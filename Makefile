@@ -10,7 +10,7 @@ LUA_LIBS    = $(shell pkg-config --libs $(LUA_PC) 2>/dev/null)
 SANITIZE   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
-CORE_HDR   := src/wheel.h src/engine.h src/compat.h
+CORE_HDR   := src/wheel.h src/engine.h src/compat.h src/hwt.h
 BUILD      := build
 
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-idle soak fuzz clean help deps deps-check
@@ -32,6 +32,11 @@ $(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
 $(BUILD)/asan/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
 	@mkdir -p $(BUILD)/asan
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+
+# Eight threads, one lua_State each, sharing one engine, under ThreadSanitizer.
+$(BUILD)/tsan/host_threads: test/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
+	@mkdir -p $(BUILD)/tsan
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS)
 
 # The engine's threads under ThreadSanitizer.
 $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
@@ -63,7 +68,8 @@ deps:
 test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) BUSTED=$(BUSTED) sh test/run.sh
 
-asan-build: $(BUILD)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine
+asan-build: $(BUILD)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
+            $(BUILD)/tsan/host_threads
 
 # make test, plus the reliability checks of test/RELIABILITY.md.
 check: deps-check all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)

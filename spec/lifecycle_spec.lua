@@ -2,31 +2,11 @@
 -- (in a child process) and worker threads that must not leak.
 local hwt = require("hwt")
 
-local sleep = require("support").sleep
+local support = require("support")
+local sleep, threads, threads_settle = support.sleep, support.threads, support.threads_settle
 
 local function noop() end
 
--- Threads of this process (the entries of /proc/self/task).
--- Reads the file whole and closes it: an io.lines loop left early would keep
--- a descriptor open until collected, and upset open_fds().
-local function threads()
-  local f = assert(io.open("/proc/self/status"))
-  local status = f:read("a")
-  f:close()
-  local count = assert(status:match("\nThreads:%s*(%d+)"), "no Threads: line")
-  return tonumber(count)
-end
-
--- A joined thread may linger in /proc for a moment: poll up to `limit` s.
-local function threads_settle(at_most, limit)
-  local deadline = hwt.now() + (limit or 2)
-  local n = threads()
-  while n > at_most and hwt.now() < deadline do
-    sleep(0.01)
-    n = threads()
-  end
-  return n
-end
 
 local function full_gc()
   collectgarbage()
@@ -342,7 +322,7 @@ os.exit(0, true)
     assert.equals(0, t:pending())
   end)
 
-  it("creating and dropping 200 timers leaks neither threads nor descriptors", function()
+  it("creating and dropping 200 private-engine timers leaks neither threads nor descriptors", function()
     full_gc()
     local base_threads = threads_settle(threads())
     local base_fds = open_fds()
@@ -351,7 +331,7 @@ os.exit(0, true)
     local function make_timers()
       local alive = {}
       for i = 1, 200 do
-        local t = hwt.new({ tick = 0.001 })
+        local t = hwt.new({ tick = 0.001, shared = false })
         t:timeout(60, noop)                    -- starts the worker
         t:every(0.5, noop)
         if i <= 10 then alive[i] = t end
@@ -374,7 +354,7 @@ os.exit(0, true)
     local function stop_timers()
       local stopped = {}
       for i = 1, 50 do
-        local t = hwt.new({ tick = 0.001 })
+        local t = hwt.new({ tick = 0.001, shared = false })
         t:timeout(60, noop)
         t:stop()
         stopped[i] = t

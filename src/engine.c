@@ -30,7 +30,9 @@ struct engine {
   pthread_t worker;
   bool worker_started;
   bool stopping;
+  bool joining;                 /* a thread is in stop_worker's join */
   bool manual_clock;
+  bool shared;                  /* found by engine_acquire_shared */
   uint64_t tick_ns;
   uint64_t epoch_ns;            /* CLOCK_MONOTONIC at creation */
   uint64_t manual_now_ns;
@@ -41,7 +43,7 @@ struct engine {
   size_t sort_scratch_size;
   unsigned refs;                /* the creator's and each queue's, until destroyed */
   unsigned running_queues;      /* queues not yet stopped: the worker's users */
-  struct engine *fork_next, *fork_prev;      /* all engines, for fork() */
+  struct engine *fork_next, *fork_prev;      /* all engines (fork, sharing) */
   wheel wheel;
 };
 
@@ -77,7 +79,8 @@ static int init_monotonic_cond(pthread_cond_t *cond) {
   return failed ? -1 : 0;
 }
 
-/* ---- fork(): the child gets the data but not the worker ---------------- */
+/* ---- the list of all engines: fork() and sharing ------------------------ */
+/* Lock order: all_engines_lock, then an engine's lock. */
 
 static pthread_mutex_t all_engines_lock = PTHREAD_MUTEX_INITIALIZER;
 static engine *all_engines;
@@ -97,7 +100,7 @@ static void after_fork_in_parent(void) {
  * a new one) and give the child fresh synchronisation objects. */
 static void after_fork_in_child(void) {
   for (engine *e = all_engines; e; e = e->fork_next) {
-    e->worker_started = false;
+    e->worker_started = e->stopping = e->joining = false;
     e->worker_wake_ns = ENGINE_NEVER;
     pthread_mutex_init(&e->lock, NULL);
     init_monotonic_cond(&e->worker_cond);
@@ -109,26 +112,22 @@ static void install_fork_handlers(void) {
   pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
-static void register_engine(engine *eng) {
-  pthread_once(&fork_handlers_once, install_fork_handlers);
-  pthread_mutex_lock(&all_engines_lock);
+static void list_engine(engine *eng) {           /* all_engines_lock held */
   eng->fork_next = all_engines;
   if (all_engines) all_engines->fork_prev = eng;
   all_engines = eng;
-  pthread_mutex_unlock(&all_engines_lock);
 }
 
-static void unregister_engine(engine *eng) {
-  pthread_mutex_lock(&all_engines_lock);
+static void unlist_engine(engine *eng) {         /* all_engines_lock held */
   if (eng->fork_prev) eng->fork_prev->fork_next = eng->fork_next;
   else all_engines = eng->fork_next;
   if (eng->fork_next) eng->fork_next->fork_prev = eng->fork_prev;
-  pthread_mutex_unlock(&all_engines_lock);
 }
 
 /* ---- engine ------------------------------------------------------------ */
 
-engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
+/* A new engine, not yet listed. */
+static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
   engine *eng = calloc(1, sizeof *eng);
   if (!eng) return NULL;
   if (wheel_init(&eng->wheel, wheel_size)) goto no_wheel;
@@ -139,7 +138,6 @@ engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
   eng->epoch_ns = manual_clock ? 0 : engine_monotonic_ns();
   eng->worker_wake_ns = ENGINE_NEVER;
   eng->refs = 1;
-  register_engine(eng);
   return eng;
 no_cond:
   pthread_mutex_destroy(&eng->lock);
@@ -150,28 +148,68 @@ no_wheel:
   return NULL;
 }
 
-/* Joins the worker; a later timeout on a running queue starts a new one. */
+static int ensure_worker_locked(engine *eng);
+
+/* Joins the worker. A queue that started (and scheduled) meanwhile gets a new
+ * one; a second caller while a join is under way has nothing to do. */
 static void stop_worker(engine *eng) {
   pthread_mutex_lock(&eng->lock);
-  bool joinable = eng->worker_started;
-  eng->stopping = true;
-  pthread_cond_signal(&eng->worker_cond);
+  bool joinable = eng->worker_started && !eng->joining;
+  if (joinable) {
+    eng->stopping = true;
+    eng->joining = true;
+    pthread_cond_signal(&eng->worker_cond);
+  }
   pthread_mutex_unlock(&eng->lock);
-  if (joinable) pthread_join(eng->worker, NULL);
+  if (!joinable) return;
+  pthread_join(eng->worker, NULL);
   pthread_mutex_lock(&eng->lock);
-  eng->stopping = false;
-  eng->worker_started = false;
+  eng->stopping = eng->joining = eng->worker_started = false;
   eng->worker_wake_ns = ENGINE_NEVER;
+  if (eng->running_queues > 0 && eng->wheel.count > 0) ensure_worker_locked(eng);
   pthread_mutex_unlock(&eng->lock);
 }
 
+engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
+  pthread_once(&fork_handlers_once, install_fork_handlers);
+  engine *eng = create_engine(tick_ns, wheel_size, manual_clock);
+  if (!eng) return NULL;
+  pthread_mutex_lock(&all_engines_lock);
+  list_engine(eng);
+  pthread_mutex_unlock(&all_engines_lock);
+  return eng;
+}
+
+engine *engine_acquire_shared(uint64_t tick_ns, uint32_t wheel_size) {
+  pthread_once(&fork_handlers_once, install_fork_handlers);
+  uint32_t slots = wheel_round_size(wheel_size);
+  pthread_mutex_lock(&all_engines_lock);
+  engine *eng = all_engines;
+  while (eng && !(eng->shared && eng->tick_ns == tick_ns && eng->wheel.size == slots))
+    eng = eng->fork_next;
+  if (eng) {
+    pthread_mutex_lock(&eng->lock);
+    eng->refs++;
+    pthread_mutex_unlock(&eng->lock);
+  } else if ((eng = create_engine(tick_ns, wheel_size, false))) {
+    eng->shared = true;
+    list_engine(eng);
+  }
+  pthread_mutex_unlock(&all_engines_lock);
+  return eng;
+}
+
+/* The last reference unlists the engine under all_engines_lock, so that
+ * engine_acquire_shared never finds an engine on its way out. */
 void engine_release(engine *eng) {
+  pthread_mutex_lock(&all_engines_lock);
   pthread_mutex_lock(&eng->lock);
   bool last = --eng->refs == 0;
   pthread_mutex_unlock(&eng->lock);
+  if (last) unlist_engine(eng);
+  pthread_mutex_unlock(&all_engines_lock);
   if (!last) return;
   stop_worker(eng);
-  unregister_engine(eng);
   pthread_cond_destroy(&eng->worker_cond);
   pthread_mutex_destroy(&eng->lock);
   wheel_free(&eng->wheel);

@@ -3,7 +3,8 @@
  * No Lua here.
  *
  * An engine owns one wheel, one mutex and (on the real clock) one worker
- * thread, started lazily by the first timeout. A timer_queue is one timer's
+ * thread, started lazily by the first timeout and joined when its last
+ * running queue stops. A timer_queue is one timer's
  * view of an engine: its due timeouts in (deadline, seq) order, its counters,
  * its wake-ups (condition variable and fd). Several queues may share one
  * engine; each timeout belongs to exactly one queue.
@@ -92,6 +93,10 @@ enum tq_result { TQ_OK = 0, TQ_STOPPED, TQ_FULL, TQ_NO_THREAD, TQ_NO_MEMORY };
 
 /* NULL when memory is short. The creator holds one reference. */
 engine *engine_new(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock);
+/* The process's shared real-clock engine for these settings (created on
+ * first use), with one more reference for the caller. Timers that use it
+ * share its worker thread, which runs while any of its queues is running. */
+engine *engine_acquire_shared(uint64_t tick_ns, uint32_t wheel_size);
 void engine_release(engine *eng);         /* the last one joins the worker */
 uint64_t engine_now(engine *eng);
 uint32_t engine_wheel_size(const engine *eng);

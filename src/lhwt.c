@@ -16,6 +16,7 @@
 
 #include "compat.h"
 #include "engine.h"
+#include "hwt.h"
 
 #define HWT_VERSION "hwt 0.1.0"
 #define TIMER_MT "hwt.Timer"
@@ -34,6 +35,7 @@ typedef struct lhwt_timer {
   timer_queue queue;
   bool initialized;
   bool manual_clock;
+  bool shared_engine;
   uint64_t tick_ns;
   uint32_t wheel_size;
 } lhwt_timer;
@@ -373,6 +375,8 @@ static int timer_stats(lua_State *L) {
   lua_setfield(L, -2, "clock");
   lua_pushboolean(L, tq_is_stopped(&tm->queue));
   lua_setfield(L, -2, "stopped");
+  lua_pushboolean(L, tm->shared_engine);
+  lua_setfield(L, -2, "shared");
   return 1;
 }
 
@@ -435,6 +439,7 @@ typedef struct timer_options {
   double tick;
   lua_Integer wheel_size, max_pending;
   bool manual_clock;
+  bool shared;
 } timer_options;
 
 static lua_Number option_number(lua_State *L, const char *key) {
@@ -474,6 +479,10 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
       luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));
     lua_pushvalue(L, -1);
     compat_setuservalue(L, timer_idx, TIMER_UV_ON_ERROR);
+  } else if (strcmp(key, "shared") == 0) {
+    if (lua_type(L, -1) != LUA_TBOOLEAN)
+      luaL_error(L, "bad option 'shared' to 'new' (boolean expected, got %s)", luaL_typename(L, -1));
+    opts->shared = lua_toboolean(L, -1);
   } else if (strcmp(key, "clock") == 0) {
     const char *clock = lua_tostring(L, -1);
     bool known = lua_type(L, -1) == LUA_TSTRING &&
@@ -494,7 +503,7 @@ static int hwt_new(lua_State *L) {
   int timer_idx = lua_gettop(L);
   lua_newtable(L);
   compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
-  timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false};
+  timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false, true};
   if (lua_istable(L, 1)) {
     lua_pushnil(L);
     while (lua_next(L, 1)) {
@@ -506,7 +515,10 @@ static int hwt_new(lua_State *L) {
   lua_setmetatable(L, timer_idx);
   tm->manual_clock = opts.manual_clock;
   tm->tick_ns = seconds_to_ns(opts.tick);
-  engine *eng = engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
+  tm->shared_engine = opts.shared && !opts.manual_clock;   /* manual time is private */
+  engine *eng = tm->shared_engine
+                    ? engine_acquire_shared(tm->tick_ns, (uint32_t)opts.wheel_size)
+                    : engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
   if (!eng) return luaL_error(L, "not enough memory for a wheel of %d slots", (int)opts.wheel_size);
   tm->wheel_size = engine_wheel_size(eng);
   int result = tq_init(&tm->queue, eng, (uint64_t)opts.max_pending);
@@ -648,4 +660,12 @@ int luaopen_hwt_core(lua_State *L) {
   lua_pushliteral(L, HWT_VERSION);
   lua_setfield(L, module_idx, "_VERSION");
   return 1;
+}
+
+void hwt_preload(lua_State *L) {
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_hwt_core);
+  lua_setfield(L, -2, "hwt.core");
+  lua_pop(L, 2);
 }

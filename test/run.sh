@@ -90,6 +90,7 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   export TSAN_OPTIONS="halt_on_error=1"
   run_c_tests build/asan
   run_c_tests build/tsan
+  run_counted "tsan/host_threads" build/tsan/host_threads
   # Debian's lua is not instrumented: preload the runtimes for it alone.
   SANITIZER_ENV="LD_PRELOAD=$runtime"
   run_busted 'build/asan/?.so' "busted specs (asan+ubsan)"
