@@ -13,7 +13,7 @@ CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
 CORE_HDR   := src/wheel.h src/engine.h src/compat.h src/hwt.h
 BUILD      := build
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-idle soak fuzz clean help deps deps-check
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak fuzz clean help deps deps-check
 
 all: hwt/core.so
 
@@ -101,6 +101,10 @@ bench: bench-deps all
 bench-quick: deps all
 	@LUA=$(LUA) sh bench/run.sh quick
 
+bench-shared: deps all
+	@for mode in shared private; do \
+	  LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) bench/shared.lua $$mode; done
+
 bench-idle: deps all
 	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) bench/idle.lua
 
@@ -116,5 +120,6 @@ help:
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
 	@echo "make bench    hwt vs luv, a Lua heap and Netty (make bench-deps installs them)"
 	@echo "make bench-quick  a one-minute version of make bench"
+	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"
