@@ -101,6 +101,20 @@ describe("shared engines", function()
     first = nil
   end)
 
+  it("a timer that joins a running engine counts ticks from its own creation", function()
+    local tick = 0.0059
+    local old = hwt.new({ tick = tick })
+    old:timeout(60, function() end)
+    sleep(0.2)
+    local created = hwt.now()
+    local new = hwt.new({ tick = tick })
+    sleep(0.05)
+    local ticks = new:stats().ticks
+    assert.is_true(ticks <= (hwt.now() - created) / tick + 1, "ticks " .. ticks)
+    assert.is_true(old:stats().ticks >= ticks + math.floor(0.2 / tick) - 1)
+    old:stop(); new:stop()
+  end)
+
   it("shared = false gives a timer its own worker; manual timers never share", function()
     full_gc()
     local base = threads_settle(threads())

@@ -474,6 +474,8 @@ int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
   pthread_mutex_lock(&eng->lock);
   eng->refs++;
   eng->running_queues++;
+  collect_locked(eng, engine_now(eng));            /* a shared wheel may lag */
+  q->first_tick = eng->wheel.now_tick;
   pthread_mutex_unlock(&eng->lock);
   q->eng = eng;
   return TQ_OK;
@@ -642,7 +644,7 @@ void tq_stop(timer_queue *q, wheel_list *ended) {
   }
   q->live = NULL;
   q->stats.pending = 0;
-  q->stats.ticks = eng->wheel.now_tick;
+  q->stats.ticks = eng->wheel.now_tick - q->first_tick;
   q->stopped = true;
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
@@ -684,7 +686,7 @@ void tq_get_stats(timer_queue *q, tq_stats *out) {
   }
   if (!q->stopped) {
     collect_locked(eng, engine_now(eng));
-    q->stats.ticks = eng->wheel.now_tick;
+    q->stats.ticks = eng->wheel.now_tick - q->first_tick;
   }
   q->stats.worker_wakeups = eng->worker_wakeups;
   *out = q->stats;

@@ -69,7 +69,7 @@ typedef struct timeout {
 
 typedef struct tq_stats {
   uint64_t pending, due, fired, cancelled;
-  uint64_t ticks;                         /* ticks the wheel has passed */
+  uint64_t ticks;                         /* ticks passed since tq_init */
   uint64_t late_max_ns;                   /* largest start - deadline */
   uint64_t worker_wakeups;                /* of the engine's worker */
 } tq_stats;
@@ -85,6 +85,7 @@ struct timer_queue {
   bool wake_fd_readable;
   bool stopped;
   uint64_t armed;                         /* its timeouts in the wheel or due */
+  uint64_t first_tick;                    /* the wheel's tick at tq_init */
   uint64_t max_pending;                   /* 0: unlimited */
   tq_stats stats;
 };
