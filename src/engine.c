@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -425,9 +426,16 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
+/* The worker blocks every signal: a process-directed signal (SIGCHLD,
+ * SIGQUIT in an nginx master) must reach the threads that wait for it. */
 static int ensure_worker_locked(engine *eng) {
   if (eng->manual_clock || eng->worker_started) return TQ_OK;
-  if (pthread_create(&eng->worker, NULL, worker_main, eng)) return TQ_NO_THREAD;
+  sigset_t all_signals, caller_mask;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
+  int failed = pthread_create(&eng->worker, NULL, worker_main, eng);
+  pthread_sigmask(SIG_SETMASK, &caller_mask, NULL);
+  if (failed) return TQ_NO_THREAD;
   eng->worker_started = true;
   return TQ_OK;
 }

@@ -3,7 +3,9 @@
  * worker thread, cancel, stop, wait, the wake-up fd and idle behaviour.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -247,6 +249,38 @@ static void test_cancel_races_worker(void) {
   free(t);
 }
 
+/* Reads the SigBlk mask of the one thread other than the main one. */
+static unsigned long long other_thread_blocked_signals(void) {
+  DIR *tasks = opendir("/proc/self/task");
+  unsigned long long mask = 0;
+  struct dirent *entry;
+  while (tasks && (entry = readdir(tasks))) {
+    if (entry->d_name[0] == '.' || atoi(entry->d_name) == getpid()) continue;
+    char path[300], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", entry->d_name);
+    FILE *status = fopen(path, "r");
+    while (status && fgets(line, sizeof line, status))
+      if (strncmp(line, "SigBlk:", 7) == 0) mask = strtoull(line + 7, NULL, 16);
+    if (status) fclose(status);
+  }
+  if (tasks) closedir(tasks);
+  return mask;
+}
+
+/* The worker blocks every signal, so process-directed ones go elsewhere. */
+static void test_worker_blocks_signals(void) {
+  engine *eng = engine_new(TICK_1MS, 64, false);
+  timer_queue q;
+  CHECK(tq_init(&q, eng, 0) == TQ_OK);
+  engine_release(eng);
+  timeout far = {0};
+  CHECK(tq_schedule(&q, &far, 60000 * MS, 0) == TQ_OK);
+  unsigned long long mask = other_thread_blocked_signals();
+  CHECK(mask & (1ull << (SIGQUIT - 1)));
+  CHECK(mask & (1ull << (SIGCHLD - 1)));
+  tq_destroy(&q);
+}
+
 /* Regression: tq_stop racing with tq_cancel on the same queue (a data race
  * on the stopped flag, and a use of the engine after stop released it). */
 static void test_stop_races_cancel(void) {
@@ -314,6 +348,7 @@ static const test_case tests[] = {
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
   {"stop_races_cancel", test_stop_races_cancel},
+  {"worker_blocks_signals", test_worker_blocks_signals},
 #ifndef __SANITIZE_THREAD__   /* TSan cannot start threads after a fork */
   {"fork_child_gets_new_worker", test_fork_child_gets_new_worker},
 #endif
