@@ -1,6 +1,10 @@
 # hwt — build, test and demo. `make help` lists the targets.
+# LUA picks the interpreter and its headers: lua5.1 lua5.2 lua5.3 lua5.4 luajit.
 LUA        ?= lua5.4
 LUA_PC     ?= $(LUA)
+# The interpreters `make test-all-luas` runs the plain half of the suite on
+# (the full `make test` runs on lua5.4).
+OTHER_LUAS := lua5.1 lua5.2 lua5.3 luajit
 BUSTED      = $(shell command -v busted 2>/dev/null || echo /usr/bin/busted)
 CC         ?= cc
 CFLAGS     ?= -O2 -g
@@ -12,16 +16,32 @@ SANITIZE   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-f
 CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
 CORE_HDR   := src/wheel.h src/engine.h src/compat.h src/hwt.h
 BUILD      := build
+# Per interpreter, so that switching LUA never reuses a stale module.
+OUT        := $(BUILD)/$(LUA)
+MODULE     := $(OUT)/hwt/core.so
+CPATH      := $(OUT)/?.so
+RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak fuzz clean help deps deps-check
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak fuzz clean help deps deps-check \
+        test-all-luas all-luas
 
-all: hwt/core.so
+# The default (lua5.4) build is also copied to hwt/core.so, where bench/,
+# the examples and `luarocks`-less setups find it (LUA_CPATH='./?.so;;').
+ifeq ($(LUA),lua5.4)
+all: $(MODULE) hwt/core.so
+else
+all: $(MODULE)
+endif
 
-hwt/core.so: $(CORE_SRC) $(CORE_HDR)
-	@mkdir -p hwt
+$(MODULE): $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC)
 
-$(BUILD)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
+hwt/core.so: $(MODULE)
+	@mkdir -p hwt
+	cp $< $@
+
+$(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC)
 
@@ -34,9 +54,11 @@ $(BUILD)/asan/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
 # Eight threads, one lua_State each, sharing one engine, under ThreadSanitizer.
-$(BUILD)/tsan/host_threads: test/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
-	@mkdir -p $(BUILD)/tsan
-	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS)
+# compat.h is forced into the host for the C API names 5.1 lacks (LUA_OK).
+$(OUT)/tsan/host_threads: test/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS)
 
 # The engine's threads under ThreadSanitizer.
 $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
@@ -52,48 +74,59 @@ $(BUILD)/tsan/stress_engine: test/stress_engine.c src/wheel.c src/engine.c $(COR
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
-$(BUILD)/asan/alloc_host: test/alloc_host.c
-	@mkdir -p $(BUILD)/asan
+$(OUT)/asan/alloc_host: test/alloc_host.c
+	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS)
 
 C_TESTS := $(patsubst test/%.c,%,$(wildcard test/test_*.c))
-CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(BUILD)/asan/alloc_host
+CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(OUT)/asan/alloc_host
 
 # Installs the Debian packages the build and the tests need, when missing.
 deps:
-	@sh test/deps.sh
+	@LUA=$(LUA) sh test/deps.sh
 
 # Everything: C tests, busted specs and examples, then the same under
 # ASan+UBSan, and the engine's C test under TSan.
 test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
-	@LUA=$(LUA) BUSTED=$(BUSTED) sh test/run.sh
+	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) sh test/run.sh
 
-asan-build: $(BUILD)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
-            $(BUILD)/tsan/host_threads
+asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
+            $(OUT)/tsan/host_threads
 
-# make test, plus the reliability checks of test/RELIABILITY.md.
-check: deps-check all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
-	@LUA=$(LUA) BUSTED=$(BUSTED) HWT_CHECK=1 sh test/run.sh
+# The plain half (busted specs, examples) on lua5.1, lua5.2, lua5.3 and
+# luajit, then the whole `make test` on lua5.4; one total.
+all-luas:
+	@for lua in $(OTHER_LUAS); do LUA=$$lua sh test/deps.sh || exit 1; \
+	  $(MAKE) --no-print-directory LUA=$$lua all || exit 1; done
+
+test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
+	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
+
+# make test-all-luas, plus the reliability checks of test/RELIABILITY.md, the
+# nginx test and the LuaRocks install test.
+check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
+	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \
+	  HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 deps-check:
-	@HWT_CHECK=1 sh test/deps.sh
+	@LUA=$(LUA) HWT_CHECK=1 sh test/deps.sh
 
 soak: deps all
-	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) test/soak.lua
+	@$(RUN_ENV) $(LUA) test/soak.lua
 
 fuzz: deps all
-	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) test/fuzz/differential.lua
+	@$(RUN_ENV) $(LUA) test/fuzz/differential.lua
 
 # The ASan+UBSan half of `make test` alone.
 asan: deps asan-build
-	@LUA=$(LUA) BUSTED=$(BUSTED) HWT_ONLY=asan sh test/run.sh
+	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_ONLY=asan sh test/run.sh
 
 demo: deps all
-	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) examples/retry.lua
+	@$(RUN_ENV) $(LUA) examples/retry.lua
 
 # Side-by-side benchmark against luv, a Lua heap and Netty (bench/RESULTS.md).
 bench-deps: deps
-	@HWT_BENCH=1 sh test/deps.sh
+	@LUA=$(LUA) HWT_BENCH=1 sh test/deps.sh
 
 bench: bench-deps all
 	@LUA=$(LUA) sh bench/run.sh full
@@ -103,19 +136,20 @@ bench-quick: deps all
 
 bench-shared: deps all
 	@for mode in shared private; do \
-	  LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) bench/shared.lua $$mode; done
+	  $(RUN_ENV) $(LUA) bench/shared.lua $$mode; done
 
 bench-idle: deps all
-	@LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' $(LUA) bench/idle.lua
+	@$(RUN_ENV) $(LUA) bench/idle.lua
 
 clean:
 	rm -rf $(BUILD) hwt
 
 help:
-	@echo "make          build hwt/core.so for $(LUA)"
+	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit; lua5.4 also hwt/core.so)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak"
+	@echo "make test-all-luas  specs and examples on lua5.1-5.3 and luajit, plus make test on lua5.4"
 	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
 	@echo "make bench    hwt vs luv, a Lua heap and Netty (make bench-deps installs them)"

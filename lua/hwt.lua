@@ -23,6 +23,33 @@ local function is_timer(value)
   return type(mt) == "table" and mt.__name == "hwt.Timer"
 end
 
+-- Whether the running coroutine could yield here. Lua 5.3+ says so
+-- (coroutine.isyieldable); on 5.1, 5.2 and LuaJIT the caller's frames in this
+-- coroutine are inspected: a C function (a task run by poll(), table.sort,
+-- ...) blocks a yield, except pcall/xpcall where they can be yielded across
+-- (5.2, LuaJIT), and so does a metamethod on 5.1.
+-- The probe of pcall runs on first use, not at require time: OpenResty's
+-- init_worker_by_lua forbids coroutines.
+local isyieldable = coroutine.isyieldable
+if not isyieldable then
+  local pcall_yields
+  isyieldable = function()
+    if pcall_yields == nil then
+      pcall_yields = coroutine.wrap(function() return pcall(coroutine.yield, true) end)() == true
+    end
+    local level = 3                              -- the caller of Timer:sleep
+    while true do
+      local info = debug.getinfo(level, "Snf")
+      if not info then return true end
+      if info.what == "C" and not (pcall_yields and (info.func == pcall or info.func == xpcall)) then
+        return false
+      end
+      if not pcall_yields and info.namewhat == "metamethod" then return false end
+      level = level + 1
+    end
+  end
+end
+
 function Timer:sleep(seconds)
   if not is_timer(self) then
     error("bad argument #1 to 'sleep' (hwt.Timer expected, got " .. type(self) .. ")", 2)
@@ -31,7 +58,7 @@ function Timer:sleep(seconds)
   if co == nil or is_main then
     error("sleep() must be called from inside a coroutine", 2)
   end
-  if coroutine.isyieldable and not coroutine.isyieldable() then
+  if not isyieldable() then
     error("sleep() cannot yield here (inside a timer task or a C call)", 2)
   end
   local t, err = self:timeout(seconds, wake_sleeper, co)

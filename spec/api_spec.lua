@@ -2,8 +2,9 @@
 -- clock (time moves only by timer:advance(), so every check is exact).
 -- Real-clock, thread and helper (sleep/retry) specs live in other files.
 local hwt = require("hwt")
+local compat = require("compat")
 
-local unpack = table.unpack
+local unpack = compat.unpack
 
 -- ---- helpers ---------------------------------------------------------------
 
@@ -35,7 +36,7 @@ end
 -- The eventfd's counter, from /proc (nonzero = readable).
 local function fd_count(fd)
   local f = assert(io.open("/proc/self/fdinfo/" .. fd))
-  local text = f:read("a")
+  local text = f:read("*a")
   f:close()
   local hex = assert(text:match("eventfd%-count:%s*(%x+)"), "not an eventfd")
   return tonumber(hex, 16)
@@ -61,11 +62,11 @@ describe("module hwt", function()
 
   it("now() is a monotonic float clock in seconds, never decreasing", function()
     local previous = hwt.now()
-    assert.are.equal("float", math.type(previous))
+    assert.is_true(compat.is_float(previous), "a float")
     assert.is_true(previous >= 0)
     for _ = 1, 2000 do
       local t = hwt.now()
-      assert.are.equal("float", math.type(t))
+      assert.is_true(compat.is_float(t), "a float")
       assert.is_true(t >= previous, "hwt.now() went backwards")
       previous = t
     end
@@ -146,10 +147,10 @@ describe("hwt.new options", function()
   end)
 
   it("max_pending: any integer >= 0 is accepted and reported as given, even beyond 32 bits", function()
-    for _, big in ipairs({ 2 ^ 31, 1 << 40, math.maxinteger }) do
+    for _, big in ipairs({ 2 ^ 31, 2 ^ 40, compat.maxinteger }) do
       local ok, timer = pcall(manual, { max_pending = big })
       assert.is_true(ok, tostring(timer))
-      assert.are.equal(math.tointeger(big), timer:stats().max_pending)
+      assert.are.equal(compat.tointeger(big), timer:stats().max_pending)
       assert.is_not_nil(timer:timeout(1, function() end))
     end
   end)
@@ -209,7 +210,7 @@ describe("timer:timeout", function()
   it("returns a Timeout and runs task(timeout, ...) once, with the very same timeout", function()
     local timer = manual()
     local calls = {}
-    local t = timer:timeout(0.5, function(...) calls[#calls + 1] = table.pack(...) end, "a", 2, nil, false)
+    local t = timer:timeout(0.5, function(...) calls[#calls + 1] = compat.pack(...) end, "a", 2, nil, false)
     assert.are.equal(1, timer:pending())
     assert.are.equal(0, timer:advance(0.49))
     assert.are.equal(1, timer:advance(0.01))
@@ -353,15 +354,20 @@ describe("timer:timeout", function()
     assert.are.equal(0, s.pending)
   end)
 
-  it("a refused <close> timeout is nil and closes without error", function()
-    local timer = manual({ max_pending = 1 })
-    timer:timeout(1, function() end)
-    local ok = pcall(function()
-      local t <close> = timer:timeout(1, function() end)
-      assert.is_nil(t)
-    end)
-    assert.is_true(ok)
-  end)
+  -- `<close>` parses on Lua 5.4+ only: compiled where it does.
+  if compat.has_close then
+    it("a refused <close> timeout is nil and closes without error", compat.compile([[
+    return function()
+      local timer = manual({ max_pending = 1 })
+      timer:timeout(1, function() end)
+      local ok = pcall(function()
+        local t <close> = timer:timeout(1, function() end)
+        assert.is_nil(t)
+      end)
+      assert.is_true(ok)
+    end
+    ]], "@api_spec.lua", { manual = manual }, _ENV))
+  end
 end)
 
 -- ---- time conversion, never early ---------------------------------------------
@@ -856,40 +862,50 @@ describe("Timeout methods", function()
     assert.are_not.equal(tostring(t), tostring(timer:timeout(math.huge, function() end)))
   end)
 
-  it("<close>: a to-be-closed Timeout cancels itself on scope exit", function()
-    local timer = manual()
-    local ran = false
-    local handle
-    do
-      local t <close> = timer:timeout(1, function() ran = true end)
-      handle = t
-      assert.are.equal(1, timer:pending())
+  -- `<close>` parses on Lua 5.4+ only: compiled where it does.
+  if compat.has_close then
+    it("<close>: a to-be-closed Timeout cancels itself on scope exit", compat.compile([[
+    return function()
+      local timer = manual()
+      local ran = false
+      local handle
+      do
+        local t <close> = timer:timeout(1, function() ran = true end)
+        handle = t
+        assert.are.equal(1, timer:pending())
+      end
+      assert.is_true(handle:is_cancelled())
+      assert.are.equal(0, timer:pending())
+      timer:advance(2)
+      assert.is_false(ran)
     end
-    assert.is_true(handle:is_cancelled())
-    assert.are.equal(0, timer:pending())
-    timer:advance(2)
-    assert.is_false(ran)
-  end)
+    ]], "@api_spec.lua", { manual = manual }, _ENV))
+  end
 
-  it("<close>: also on an error exit, and harmless after the task ran", function()
-    local timer = manual()
-    local handle
-    local ok = pcall(function()
-      local t <close> = timer:timeout(1, function() end)
-      handle = t
-      error("leave the scope")
-    end)
-    assert.is_false(ok)
-    assert.is_true(handle:is_cancelled())
-    local ran = 0
-    do
-      local t <close> = timer:timeout(0, function() ran = ran + 1 end)
-      timer:poll()
-      assert.is_true(t:is_expired())
+  -- `<close>` parses on Lua 5.4+ only: compiled where it does.
+  if compat.has_close then
+    it("<close>: also on an error exit, and harmless after the task ran", compat.compile([[
+    return function()
+      local timer = manual()
+      local handle
+      local ok = pcall(function()
+        local t <close> = timer:timeout(1, function() end)
+        handle = t
+        error("leave the scope")
+      end)
+      assert.is_false(ok)
+      assert.is_true(handle:is_cancelled())
+      local ran = 0
+      do
+        local t <close> = timer:timeout(0, function() ran = ran + 1 end)
+        timer:poll()
+        assert.is_true(t:is_expired())
+      end
+      assert.are.equal(1, ran)
+      assert.are.equal(1, timer:stats().cancelled)  -- only the first one
     end
-    assert.are.equal(1, ran)
-    assert.are.equal(1, timer:stats().cancelled)  -- only the first one
-  end)
+    ]], "@api_spec.lua", { manual = manual }, _ENV))
+  end
 
   it("methods reject a non-Timeout self", function()
     local timer = manual()
@@ -1159,7 +1175,7 @@ describe("errors in tasks", function()
     local t_str = timer:timeout(1, function() error("plain", 0) end)
     timer:timeout(1, task, 2)
     local t_tab = timer:timeout(1, function() error(payload) end)
-    local t_num = timer:timeout(1, function() error(17) end)
+    local t_num = timer:timeout(1, function() error(17, 0) end)  -- 5.1/5.2 add a position at level 1
     local t_pos = timer:timeout(1, function() error("with position") end)
     timer:timeout(1, task, 3)
     assert.are.equal(7, timer:advance(1))
@@ -1170,7 +1186,7 @@ describe("errors in tasks", function()
     assert.is_true(rawequal(payload, reports[2][1]))
     assert.is_true(rawequal(t_tab, reports[2][2]))
     assert.are.equal(17, reports[3][1])
-    assert.are.equal("integer", math.type(reports[3][1]))
+    assert.is_true(compat.is_integer(reports[3][1]), "reports[3][1]: an integer")
     assert.is_true(rawequal(t_num, reports[3][2]))
     assert.is_truthy(reports[4][1]:find("with position", 1, true))
     assert.is_true(rawequal(t_pos, reports[4][2]))
@@ -1226,14 +1242,14 @@ describe("errors in tasks", function()
   -- Runs a Lua script in a child interpreter (same module paths); returns
   -- its stdout and stderr together.
   local function run_child(source)
-    local lua = os.getenv("LUA") or "lua5.4"
+    local lua = compat.interpreter()
     local script = os.tmpname()
     local f = assert(io.open(script, "w"))
     f:write(("package.path = %q\npackage.cpath = %q\n"):format(package.path, package.cpath))
     f:write(source)
     f:close()
     local p = assert(io.popen(lua .. " " .. script .. " 2>&1"))
-    local out = p:read("a")
+    local out = p:read("*a")
     p:close()
     os.remove(script)
     return out
@@ -1355,7 +1371,7 @@ describe("timer:fd", function()
   it("is an integer >= 0, the same on every call, distinct per timer", function()
     local a, b = manual(), manual()
     local fd = a:fd()
-    assert.are.equal("integer", math.type(fd))
+    assert.is_true(compat.is_integer(fd), "fd: an integer")
     assert.is_true(fd >= 0)
     assert.are.equal(fd, a:fd())
     assert.are_not.equal(fd, b:fd())
@@ -1407,7 +1423,7 @@ describe("timer:stats", function()
     local timer = manual({ tick = 0.02, wheel_size = 100, max_pending = 9 })
     local s = timer:stats()
     for _, key in ipairs({ "pending", "due", "fired", "cancelled", "ticks", "worker_wakeups", "wheel_size", "max_pending" }) do
-      assert.are.equal("integer", math.type(s[key]), key)
+      assert.is_true(compat.is_integer(s[key]), key)
     end
     assert.are.equal("number", type(s.late_max))
     assert.are.equal(0, s.late_max)
@@ -1587,17 +1603,22 @@ describe("timer:stop", function()
     assert.are.equal(1, timer:stats().fired)
   end)
 
-  it("a to-be-closed timer stops on scope exit", function()
-    local handle, tm_ref
-    do
-      local timer <close> = manual()
-      tm_ref = timer
-      handle = timer:timeout(1, function() end)
+  -- `<close>` parses on Lua 5.4+ only: compiled where it does.
+  if compat.has_close then
+    it("a to-be-closed timer stops on scope exit", compat.compile([[
+    return function()
+      local handle, tm_ref
+      do
+        local timer <close> = manual()
+        tm_ref = timer
+        handle = timer:timeout(1, function() end)
+      end
+      assert.is_true(tm_ref:stats().stopped)
+      assert.is_true(handle:is_cancelled())
+      assert_raises("timer is stopped", tm_ref.timeout, tm_ref, 1, function() end)
     end
-    assert.is_true(tm_ref:stats().stopped)
-    assert.is_true(handle:is_cancelled())
-    assert_raises("timer is stopped", tm_ref.timeout, tm_ref, 1, function() end)
-  end)
+    ]], "@api_spec.lua", { manual = manual, assert_raises = assert_raises }, _ENV))
+  end
 
   it("a timer that is never stopped is collected (its __gc stops it)", function()
     local weak = setmetatable({}, { __mode = "k" })

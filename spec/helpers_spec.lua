@@ -1,6 +1,7 @@
 -- Specs of the Lua helpers: timer:sleep() in coroutines and hwt.retry().
 -- Exact schedules are checked on a manual clock; the real clock only loosely.
 local hwt = require("hwt")
+local compat = require("compat")
 
 local EPS = 1e-9
 local LATE = 0.5
@@ -146,7 +147,7 @@ describe("hwt.retry()", function()
       calls[#calls + 1] = attempt
       return 1, nil, "three"
     end, {
-      on_success = function(...) got = table.pack(...) end,
+      on_success = function(...) got = compat.pack(...) end,
       on_give_up = function() gave_up = true end,
     })
     assert.same({ 1 }, calls)                 -- already called
@@ -203,7 +204,7 @@ describe("hwt.retry()", function()
       error(e)
     end, {
       retries = 2, delay = 0.5,
-      on_give_up = function(...) gave[#gave + 1] = table.pack(...) end,
+      on_give_up = function(...) gave[#gave + 1] = compat.pack(...) end,
     })
     t:advance(0.5)
     t:advance(1)

@@ -20,7 +20,7 @@ end
 -- open until collected.
 function support.threads()
   local f = assert(io.open("/proc/self/status"))
-  local status = f:read("a")
+  local status = f:read("*a")
   f:close()
   local count = assert(status:match("\nThreads:%s*(%d+)"), "no Threads: line")
   return tonumber(count)

@@ -25,6 +25,12 @@
 #define lua_absindex(L, idx) \
   ((idx) > 0 || (idx) <= LUA_REGISTRYINDEX ? (idx) : lua_gettop(L) + (idx) + 1)
 #define lua_rawlen(L, idx) lua_objlen(L, idx)
+
+/* LuaJIT 2.1 (and OpenResty's luajit2) reports 501 but declares part of the
+ * 5.2 API: luaL_setfuncs, luaL_setmetatable, luaL_traceback, ... Its lua.h
+ * defines LUA_OK along with them; PUC 5.1 and LuaJIT 2.0 define neither. */
+#if !defined(LUA_OK)
+#define LUA_OK 0
 /* 5.2's luaL_setfuncs: each function gets the nup values below the table's
  * top as upvalues; they are popped. */
 static inline void luaL_setfuncs(lua_State *L, const luaL_Reg *reg, int nup) {
@@ -52,6 +58,7 @@ static inline void luaL_traceback(lua_State *L, lua_State *L1, const char *msg, 
   lua_pushinteger(L, level + 1);
   lua_call(L, 2, 1);
 }
+#endif /* !LUA_OK */
 #else
 #define compat_setuvtable(L, idx) lua_setuservalue(L, idx)
 #define compat_getuvtable(L, idx) lua_getuservalue(L, idx)
@@ -82,6 +89,8 @@ static inline void compat_setuservalue(lua_State *L, int idx, int n) {
 
 #if LUA_VERSION_NUM >= 503
 #define compat_tointegerx(L, idx, is_integer) lua_tointegerx(L, idx, is_integer)
+#define compat_optinteger(L, idx, def) luaL_optinteger(L, idx, def)
+#define compat_checkudata(L, idx, tname) luaL_checkudata(L, idx, tname)
 #else
 #define LUA_MAXINTEGER PTRDIFF_MAX
 
@@ -91,6 +100,40 @@ static inline lua_Integer compat_tointegerx(lua_State *L, int idx, int *is_integ
   *is_integer = lua_isnumber(L, idx) && n == floor(n) &&
                 n >= -(lua_Number)LUA_MAXINTEGER && n < (lua_Number)LUA_MAXINTEGER;
   return *is_integer ? (lua_Integer)n : 0;
+}
+
+/* 5.3's luaL_optinteger: a number with no integer representation is an
+ * error (5.1/5.2 truncate it). */
+static inline lua_Integer compat_optinteger(lua_State *L, int idx, lua_Integer def) {
+  if (lua_isnoneornil(L, idx)) return def;
+  int is_integer;
+  lua_Integer value = compat_tointegerx(L, idx, &is_integer);
+  if (!is_integer) {
+    if (!lua_isnumber(L, idx)) luaL_checknumber(L, idx);     /* "number expected" */
+    luaL_argerror(L, idx, "number has no integer representation");
+  }
+  return value;
+}
+
+/* 5.3's luaL_checkudata: the message names what it got by its __name
+ * ("hwt.Timer expected, got hwt.Timeout"); 5.1/5.2 say "userdata". */
+static inline void *compat_checkudata(lua_State *L, int idx, const char *tname) {
+  void *p = lua_touserdata(L, idx);
+  if (p && lua_getmetatable(L, idx)) {
+    luaL_getmetatable(L, tname);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (same) return p;
+  }
+  const char *got;
+  if (luaL_getmetafield(L, idx, "__name") && lua_type(L, -1) == LUA_TSTRING)
+    got = lua_tostring(L, -1);
+  else if (lua_type(L, idx) == LUA_TLIGHTUSERDATA)
+    got = "light userdata";
+  else
+    got = luaL_typename(L, idx);
+  luaL_argerror(L, idx, lua_pushfstring(L, "%s expected, got %s", tname, got));
+  return NULL;
 }
 #endif
 

@@ -61,7 +61,7 @@ static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name
     lua_pop(L, 1);
     if (same_class) return object;
   }
-  return luaL_checkudata(L, idx, name);          /* raises the usual message */
+  return compat_checkudata(L, idx, name);        /* raises the usual message */
 }
 
 static lhwt_timer *check_timer(lua_State *L, int idx) {
@@ -283,7 +283,7 @@ static int timer_every(lua_State *L) {
 
 static int timer_poll(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
-  lua_Integer max = luaL_optinteger(L, 2, LUA_MAXINTEGER);
+  lua_Integer max = compat_optinteger(L, 2, LUA_MAXINTEGER);
   luaL_argcheck(L, max >= 0, 2, "max must be >= 0");
   lua_settop(L, 1);
   lua_pushinteger(L, run_due(L, tm, max));

@@ -262,12 +262,24 @@ static int call_phase(lua_State *L, const char *name, bool flag, char *message, 
   return status;
 }
 
+/* A joined thread can stay listed in /proc/self/task for a moment: waits
+ * up to a second for the count to fall to at_most, and returns it. */
+static int count_threads_settled(int at_most) {
+  int count = count_entries("/proc/self/task");
+  struct timespec pause = {0, 1000000};
+  for (int waited = 0; count > at_most && waited < 1000; waited++) {
+    nanosleep(&pause, NULL);
+    count = count_entries("/proc/self/task");
+  }
+  return count;
+}
+
 static void run_case(unsigned long n, const config *cfg, case_result *out) {
   memset(out, 0, sizeof *out);
   alloc_ctl ctl;
   memset(&ctl, 0, sizeof ctl);
   int fds_before = count_entries("/proc/self/fd");
-  int threads_before = count_entries("/proc/self/task");
+  int threads_before = count_threads_settled(1);   /* the host's own thread */
 
   lua_State *L = lua_newstate(test_alloc, &ctl);
   if (!L) {
@@ -326,7 +338,7 @@ static void run_case(unsigned long n, const config *cfg, case_result *out) {
     snprintf(out->message, sizeof out->message, "file descriptors: %d before, %d after lua_close",
              fds_before, fds_after);
   }
-  int threads_after = count_entries("/proc/self/task");
+  int threads_after = count_threads_settled(threads_before);
   if (out->outcome != OUT_FAILED && threads_after != threads_before) {
     out->outcome = OUT_FAILED;
     snprintf(out->message, sizeof out->message, "threads: %d before, %d after lua_close",

@@ -4,14 +4,27 @@
 set -e
 LUA=${LUA:-lua5.4}
 missing=""
-command -v "$LUA" >/dev/null 2>&1 || missing="$missing $LUA"
-pkg-config --exists "$LUA" 2>/dev/null || missing="$missing lib$LUA-dev pkg-config"
+case $LUA in                                # Debian's package names
+  luajit)  interpreter=luajit2; dev=libluajit2-5.1-dev ;;
+  lua5.1)  interpreter=lua5.1;  dev=liblua5.1-0-dev ;;
+  *)       interpreter=$LUA;    dev=lib$LUA-dev ;;
+esac
+command -v "$LUA" >/dev/null 2>&1 || missing="$missing $interpreter"
+pkg-config --exists "$LUA" 2>/dev/null || missing="$missing $dev pkg-config"
 command -v busted >/dev/null 2>&1 || missing="$missing lua-busted"
 command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing="$missing build-essential"
-if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer needs clang
+# The event-loop examples that the tests run.
+"$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"
+"$LUA" -e 'require "cqueues"' 2>/dev/null || missing="$missing lua-cqueues"
+if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer, nginx, luarocks
   command -v clang >/dev/null 2>&1 || missing="$missing clang"
   clang_runtime=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
   [ -f "$clang_runtime" ] || missing="$missing libclang-rt-14-dev"
+  command -v nginx >/dev/null 2>&1 || missing="$missing nginx-light"
+  [ -f /usr/share/nginx/modules/ngx_http_lua_module.so ] || missing="$missing libnginx-mod-http-lua"
+  pkg-config --exists luajit 2>/dev/null || missing="$missing libluajit2-5.1-dev"
+  command -v curl >/dev/null 2>&1 || missing="$missing curl"
+  command -v luarocks >/dev/null 2>&1 || missing="$missing luarocks"
 fi
 if [ "${HWT_BENCH:-}" = 1 ]; then          # make bench: the peers
   "$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"

@@ -3,11 +3,19 @@
 #   make test:  C tests, busted specs, examples against the plain build; the
 #               same plus memory scenarios under ASan+UBSan (leak detection
 #               on); the engine's C test under TSan.
-#   make check: all of that, plus the reliability checks (HWT_CHECK=1): the
-#               differential fuzzer, libFuzzer on the wheel, the TSan engine
-#               stress test, allocation failures, and the soak.
+#   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
+#               reliability checks (HWT_CHECK=1): the differential fuzzer,
+#               libFuzzer on the wheel, the TSan engine stress test,
+#               allocation failures, the soak, a real nginx with
+#               lua-nginx-module, and a LuaRocks install.
 # HWT_ONLY=plain|asan runs one half of `make test`.
+# LUA (default lua5.4) is the interpreter; HWT_OUT (default build/$LUA) holds
+# its builds: $HWT_OUT/hwt/core.so, $HWT_OUT/asan/hwt/core.so, ...
+# HWT_OTHER_LUAS="lua5.1 luajit ..." (make test-all-luas) first runs the plain
+# busted specs and examples on each of those (built in build/<lua>/), then
+# everything above on $LUA; the last line totals them all.
 LUA=${LUA:-lua5.4}
+OUT=${HWT_OUT:-build/$LUA}
 BUSTED=${BUSTED:-$(command -v busted)}
 SCRIPT_TIMEOUT=120
 SANITIZER_ENV=""
@@ -42,7 +50,7 @@ run_c_tests() {  # run_c_tests DIR
 }
 
 run_busted() {  # run_busted CPATH LABEL
-  env LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" -o plainTerminal >"$log" 2>&1
+  env LUA="$LUA" LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" -o plainTerminal >"$log" 2>&1
   status=$?
   summary=$(grep -E '^[0-9]+ successes? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -n 1)
   if [ "$status" -ne 0 ] || [ -z "$summary" ]; then cat "$log"; fi
@@ -75,12 +83,20 @@ run_examples() {  # run_examples CPATH LABEL
   run_lua_scripts "$cpath" "$label" "" examples/*.lua
 }
 
-memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/memory.lua)
+# The plain half on the other interpreters (make test-all-luas).
+main_lua=$LUA
+for LUA in ${HWT_OTHER_LUAS:-}; do
+  run_busted "build/$LUA/?.so" "busted specs ($LUA)"
+  run_examples "build/$LUA/?.so" "examples ($LUA)"
+done
+LUA=$main_lua
+
+memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/memory.lua)
 
 if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
-  run_busted './?.so' "busted specs"
-  run_examples './?.so' "examples"
+  run_busted "$OUT/?.so" "busted specs ($LUA)"
+  run_examples "$OUT/?.so" "examples ($LUA)"
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then
@@ -90,22 +106,24 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   export TSAN_OPTIONS="halt_on_error=1"
   run_c_tests build/asan
   run_c_tests build/tsan
-  run_counted "tsan/host_threads" build/tsan/host_threads
+  run_counted "tsan/host_threads ($LUA)" "$OUT/tsan/host_threads"
   # Debian's lua is not instrumented: preload the runtimes for it alone.
   SANITIZER_ENV="LD_PRELOAD=$runtime"
-  run_busted 'build/asan/?.so' "busted specs (asan+ubsan)"
-  run_examples 'build/asan/?.so' "examples (asan+ubsan)"
+  run_busted "$OUT/asan/?.so" "busted specs ($LUA, asan+ubsan)"
+  run_examples "$OUT/asan/?.so" "examples ($LUA, asan+ubsan)"
   # shellcheck disable=SC2086
-  run_lua_scripts 'build/asan/?.so' "memory scenarios (asan+ubsan, leaks)" test/memory.lua $memory_scenarios
+  run_lua_scripts "$OUT/asan/?.so" "memory scenarios ($LUA, asan+ubsan, leaks)" test/memory.lua $memory_scenarios
   SANITIZER_ENV=""
 fi
 
 if [ "${HWT_CHECK:-}" = 1 ]; then
-  run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/fuzz/differential.lua
-  run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' "$LUA" test/soak.lua
+  run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/fuzz/differential.lua
+  run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/soak.lua
   run_counted "engine stress (tsan)" build/tsan/stress_engine
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
-  run_counted "allocation failures (asan)" build/asan/alloc_host 'build/asan/?.so'
+  run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
+  run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
+  run_counted "luarocks install ($LUA)" env LUA="$LUA" sh test/luarocks_test.sh
 fi
 
 echo "$passed passed, $failed failed"
