@@ -38,6 +38,15 @@ static bool fd_readable(int fd) {
   return poll(&p, 1, 0) == 1;
 }
 
+/* A queue on a new engine that the queue alone holds (as the binding does). */
+static engine *open_queue(timer_queue *q, uint64_t tick_ns, uint32_t wheel_size,
+                          bool manual_clock, uint64_t max_pending) {
+  engine *eng = engine_new(tick_ns, wheel_size, manual_clock);
+  CHECK(eng && tq_init(q, eng, max_pending) == TQ_OK);
+  engine_release(eng);
+  return eng;
+}
+
 /* Pops everything due now into out[]; returns how many. */
 static size_t drain(timer_queue *q, timeout **out, size_t cap) {
   uint64_t limit = tq_poll_begin(q);
@@ -51,10 +60,8 @@ static size_t drain(timer_queue *q, timeout **out, size_t cap) {
 }
 
 static void test_manual_order_and_boundaries(void) {
-  engine *eng = engine_new(10 * MS, 8, true);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
   timeout t[5] = {0};
   uint64_t delays[5] = {25 * MS, 20 * MS, 21 * MS, 20 * MS, 0};
   for (int i = 0; i < 5; i++) CHECK(tq_schedule(&q, &t[i], delays[i], 0) == TQ_OK);
@@ -71,10 +78,8 @@ static void test_manual_order_and_boundaries(void) {
 }
 
 static void test_manual_cancel_due_and_stop(void) {
-  engine *eng = engine_new(TICK_1MS, 512, true);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  engine *eng = open_queue(&q, TICK_1MS, 512, true, 0);
   timeout a = {0}, b = {0}, c = {0}, never = {0};
   CHECK(tq_schedule(&q, &a, 5 * MS, 0) == TQ_OK);
   CHECK(tq_schedule(&q, &b, 5 * MS, 0) == TQ_OK);
@@ -100,10 +105,8 @@ static void test_manual_cancel_due_and_stop(void) {
 }
 
 static void test_max_pending(void) {
-  engine *eng = engine_new(TICK_1MS, 64, true);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 2) == TQ_OK);
-  engine_release(eng);
+  open_queue(&q, TICK_1MS, 64, true, 2);
   timeout t[3] = {0};
   CHECK(tq_schedule(&q, &t[0], MS, 0) == TQ_OK);
   CHECK(tq_schedule(&q, &t[1], MS, 0) == TQ_OK);
@@ -114,10 +117,8 @@ static void test_max_pending(void) {
 }
 
 static void test_periodic_skips_missed_beats(void) {
-  engine *eng = engine_new(TICK_1MS, 64, true);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  engine *eng = open_queue(&q, TICK_1MS, 64, true, 0);
   timeout beat = {0};
   CHECK(tq_schedule(&q, &beat, 10 * MS, 10 * MS) == TQ_OK);
   engine_advance_manual(eng, 105 * MS);
@@ -131,10 +132,8 @@ static void test_periodic_skips_missed_beats(void) {
 /* Real clock: many timeouts, never early, all fire, in deadline order. */
 static void test_worker_fires_in_order(void) {
   enum { N = 2000 };
-  engine *eng = engine_new(TICK_1MS, 64, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  engine *eng = open_queue(&q, TICK_1MS, 64, false, 0);
   timeout *t = calloc(N, sizeof *t);
   uint64_t seed = 42;
   for (int i = 0; i < N; i++) {
@@ -161,10 +160,8 @@ static void test_worker_fires_in_order(void) {
 
 /* The wake-up fd becomes readable from the worker alone, with no poll. */
 static void test_worker_signals_fd(void) {
-  engine *eng = engine_new(TICK_1MS, 512, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  engine *eng = open_queue(&q, TICK_1MS, 512, false, 0);
   timeout t = {0};
   CHECK(tq_schedule(&q, &t, 20 * MS, 0) == TQ_OK);
   CHECK(!fd_readable(tq_fd(&q)));
@@ -179,10 +176,8 @@ static void test_worker_signals_fd(void) {
 
 /* No wake-ups while nothing is pending, nor before a far deadline. */
 static void test_idle_worker_sleeps(void) {
-  engine *eng = engine_new(TICK_1MS, 512, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  open_queue(&q, TICK_1MS, 512, false, 0);
   timeout soon = {0}, far = {0};
   CHECK(tq_schedule(&q, &soon, MS, 0) == TQ_OK);
   timeout *out[1];
@@ -220,10 +215,8 @@ static void *cancel_half(void *arg) {
 
 static void test_cancel_races_worker(void) {
   enum { N = 20000 };
-  engine *eng = engine_new(TICK_1MS, 256, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  open_queue(&q, TICK_1MS, 256, false, 0);
   timeout *t = calloc(N, sizeof *t);
   for (size_t i = 0; i < N; i++) CHECK(tq_schedule(&q, &t[i], (i % 50) * MS / 10, 0) == TQ_OK);
   race r = {&q, t, N, 0};
@@ -269,10 +262,8 @@ static unsigned long long other_thread_blocked_signals(void) {
 
 /* The worker blocks every signal, so process-directed ones go elsewhere. */
 static void test_worker_blocks_signals(void) {
-  engine *eng = engine_new(TICK_1MS, 64, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  open_queue(&q, TICK_1MS, 64, false, 0);
   timeout far = {0};
   CHECK(tq_schedule(&q, &far, 60000 * MS, 0) == TQ_OK);
   unsigned long long mask = other_thread_blocked_signals();
@@ -285,10 +276,8 @@ static void test_worker_blocks_signals(void) {
  * on the stopped flag, and a use of the engine after stop released it). */
 static void test_stop_races_cancel(void) {
   enum { N = 20000 };
-  engine *eng = engine_new(TICK_1MS, 64, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);                             /* q holds the last reference */
+  open_queue(&q, TICK_1MS, 64, false, 0);
   timeout *t = calloc(N, sizeof *t);
   for (size_t i = 0; i < N; i++) CHECK(tq_schedule(&q, &t[i], 10000 * MS, 0) == TQ_OK);
   race r = {&q, t, N, 0};
@@ -309,10 +298,8 @@ static void test_stop_races_cancel(void) {
 
 /* A timer whose worker runs in the parent keeps working in a forked child. */
 static __attribute__((unused)) void test_fork_child_gets_new_worker(void) {
-  engine *eng = engine_new(TICK_1MS, 64, false);
   timer_queue q;
-  CHECK(tq_init(&q, eng, 0) == TQ_OK);
-  engine_release(eng);
+  open_queue(&q, TICK_1MS, 64, false, 0);
   timeout parent_far = {0}, child_soon = {0};
   CHECK(tq_schedule(&q, &parent_far, 60000 * MS, 0) == TQ_OK);   /* worker runs */
   pid_t pid = fork();
