@@ -316,6 +316,12 @@ static void arm_locked(engine *eng, timeout *t) {
   }
 }
 
+/* Still the engine's: pending, due, or a periodic one whose task runs. */
+static bool still_held_locked(const timeout *t) {
+  return t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE ||
+         (t->state == TIMEOUT_RUNNING && t->interval_ns);
+}
+
 static void disarm_locked(engine *eng, timeout *t) {
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
   else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
@@ -492,26 +498,11 @@ int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
 void tq_destroy(timer_queue *q) {
   if (!q->eng) return;
   wheel_list ended = {0};
-  tq_stop(q, &ended);
+  tq_stop(q, NULL, 0, &ended);
   engine_release(q->eng);
   q->eng = NULL;
   pthread_cond_destroy(&q->due_cond);
   close_wake_fd(q);
-}
-
-static void link_live(timer_queue *q, timeout *t) {
-  t->live_prev = NULL;
-  t->live_next = q->live;
-  if (q->live) q->live->live_prev = t;
-  q->live = t;
-  q->stats.pending++;
-}
-
-static void unlink_live(timer_queue *q, timeout *t) {
-  if (t->live_prev) t->live_prev->live_next = t->live_next;
-  else q->live = t->live_next;
-  if (t->live_next) t->live_next->live_prev = t->live_prev;
-  q->stats.pending--;
 }
 
 static uint64_t deadline_after(uint64_t now_ns, uint64_t delay_ns) {
@@ -550,7 +541,7 @@ int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval
     t->interval_ns = interval_ns;
     t->seq = eng->next_seq++;
     t->has_run = false;
-    link_live(q, t);
+    q->stats.pending++;
     arm_locked(eng, t);
   }
   pthread_mutex_unlock(&eng->lock);
@@ -561,11 +552,10 @@ bool tq_cancel(timeout *t) {
   timer_queue *q = t->owner;
   engine *eng = lock_engine(q);
   if (!eng) return false;
-  bool cancellable = t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE ||
-                     (t->state == TIMEOUT_RUNNING && t->interval_ns);
-  if (cancellable) {                  /* a stopped queue has none of these */
+  bool cancellable = !q->stopped && still_held_locked(t);
+  if (cancellable) {
     disarm_locked(eng, t);
-    unlink_live(q, t);
+    q->stats.pending--;
     t->state = TIMEOUT_CANCELLED;
     q->stats.cancelled++;
   }
@@ -595,7 +585,7 @@ timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
     uint64_t now_ns = engine_now(eng);
     uint64_t late_ns = now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0;
     if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
-    if (!t->interval_ns) unlink_live(q, t);
+    if (!t->interval_ns) q->stats.pending--;
   } else {
     t = NULL;
   }
@@ -632,25 +622,52 @@ bool tq_finish(timeout *t) {
   return rearmed;
 }
 
-void tq_stop(timer_queue *q, wheel_list *ended) {
+/* Marks an unlinked timeout of a stopping queue ended and appends it. */
+static void mark_ended(timeout *t, wheel_list *ended) {
+  if (t->has_run) {
+    t->state = TIMEOUT_DONE;
+  } else {
+    t->state = TIMEOUT_CANCELLED;
+    t->owner->stats.cancelled++;
+  }
+  wheel_list_push_back(ended, &t->link);
+}
+
+static bool owned_by(const wheel_node *n, void *q) {
+  return ((const timeout *)(const void *)n)->owner == q;
+}
+
+/* The timeouts of q that the caller did not hand to tq_stop: its due list,
+ * then, only if some are still armed, a walk of the whole wheel. */
+static void end_unheld_locked(engine *eng, timer_queue *q, wheel_list *ended) {
+  wheel_node *n;
+  while ((n = q->due.head)) {
+    disarm_locked(eng, timeout_of(n));
+    mark_ended(timeout_of(n), ended);
+  }
+  if (q->armed == 0) return;
+  wheel_list found = {0};
+  wheel_extract(&eng->wheel, owned_by, q, &found);
+  while ((n = wheel_list_pop_front(&found))) {
+    q->armed--;
+    mark_ended(timeout_of(n), ended);
+  }
+}
+
+void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *ended) {
   engine *eng = lock_engine(q);
   if (!eng) return;
   if (q->stopped) {
     pthread_mutex_unlock(&eng->lock);
     return;
   }
-  for (timeout *t = q->live, *next; t; t = next) {
-    next = t->live_next;
+  for (size_t i = 0; i < count; i++) {
+    timeout *t = held[i];
+    if (t->owner != q || !still_held_locked(t)) continue;
     disarm_locked(eng, t);
-    if (t->has_run) {
-      t->state = TIMEOUT_DONE;
-    } else {
-      t->state = TIMEOUT_CANCELLED;
-      q->stats.cancelled++;
-    }
-    wheel_list_push_back(ended, &t->link);
+    mark_ended(t, ended);
   }
-  q->live = NULL;
+  end_unheld_locked(eng, q, ended);
   q->stats.pending = 0;
   q->stats.ticks = eng->wheel.now_tick - q->first_tick;
   q->stopped = true;

@@ -58,7 +58,6 @@ enum timeout_state {
 
 typedef struct timeout {
   wheel_node link;                        /* wheel slot, or owner's due list */
-  struct timeout *live_next, *live_prev;  /* owner's pending timeouts */
   timer_queue *owner;
   uint64_t deadline_ns;                   /* ENGINE_NEVER: never fires */
   uint64_t seq;                           /* ties between equal deadlines */
@@ -79,7 +78,6 @@ typedef struct tq_stats {
 struct timer_queue {
   engine *eng;                            /* held until tq_destroy */
   wheel_list due;
-  timeout *live;
   pthread_cond_t due_cond;
   int wake_read_fd, wake_write_fd;        /* one eventfd, or a pipe */
   bool wake_fd_readable;
@@ -109,8 +107,9 @@ uint64_t engine_monotonic_ns(void);
 
 /* Attaches q to eng (taking a reference). Returns TQ_OK or TQ_NO_MEMORY. */
 int tq_init(timer_queue *q, engine *eng, uint64_t max_pending);
-/* Stops q if needed and frees what it holds; q's memory stays the caller's,
- * and its timeouts may no longer be passed to the engine. */
+/* Stops q if needed (as tq_stop with nothing held) and frees what it holds;
+ * q's memory stays the caller's, and its timeouts may no longer be passed to
+ * the engine. */
 void tq_destroy(timer_queue *q);
 
 /* delay_ns: ENGINE_NEVER for never; interval_ns: 0 for a one-shot. */
@@ -129,8 +128,16 @@ bool tq_finish(timeout *t);
 
 /* Ends q: every pending timeout is unlinked and appended to `ended`, in
  * (deadline, seq) order: CANCELLED if it never ran, DONE if it is a periodic
- * one that ran. Later tq_schedule calls return TQ_STOPPED. */
-void tq_stop(timer_queue *q, wheel_list *ended);
+ * one that ran. Later tq_schedule calls return TQ_STOPPED.
+ *
+ * The engine keeps no list of a queue's timeouts (it would cost 16 bytes and
+ * two cache misses per timeout), so the caller says which ones it holds:
+ * `held` (any order, count entries) should be every timeout of q that the
+ * engine has not let go. Those are found in O(count). Any the caller leaves
+ * out are still found if they wait in the wheel or the due list, by a walk of
+ * the engine's wheel: O(all pending timeouts of the engine). A never-firing
+ * one left out stays PENDING but inert (tq_cancel returns false). */
+void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *ended);
 
 /* Blocks until a timeout is due, q stops or timeout_ns pass. true if one is
  * due. With ENGINE_NEVER (no limit) it returns false at once when none can

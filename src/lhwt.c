@@ -12,6 +12,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compat.h"
@@ -43,7 +44,7 @@ typedef struct lhwt_timer {
 typedef struct lhwt_timeout {
   timeout node;                 /* first: engine pointers convert back */
   int anchor_ref;               /* LUA_NOREF while not anchored */
-  int nargs;
+  uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
 } lhwt_timeout;
 
@@ -236,7 +237,7 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   lhwt_timeout *to = compat_newuserdata(L, sizeof *to, TIMEOUT_UV_ARGS - 1 + nargs);
   memset(to, 0, sizeof *to);
   to->anchor_ref = LUA_NOREF;
-  to->nargs = nargs;
+  to->nargs = (uint8_t)nargs;
   to->run_method = run_method;
   lua_pushvalue(L, TIMEOUT_MT_UPVALUE);
   lua_setmetatable(L, -2);
@@ -380,6 +381,30 @@ static int timer_stats(lua_State *L) {
   return 1;
 }
 
+/* The Timeouts anchored in the table at anchors_idx (the ones the engine
+ * holds), in a malloc'd array (not Lua's allocator: this runs in __gc too).
+ * NULL when there are none or memory is short. */
+static timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count) {
+  size_t capacity = 0;
+  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
+    capacity += lua_type(L, -1) == LUA_TUSERDATA;
+  *count = 0;
+  timeout **held = capacity ? malloc(capacity * sizeof *held) : NULL;
+  if (!held) return NULL;
+  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
+    if (lua_type(L, -1) == LUA_TUSERDATA) held[(*count)++] = lua_touserdata(L, -1);
+  return held;
+}
+
+/* tq_stop with the timer's anchored timeouts (without them the engine would
+ * walk its whole wheel, which other timers may share). */
+static void stop_queue(lua_State *L, lhwt_timer *tm, int anchors_idx, wheel_list *ended) {
+  size_t count;
+  timeout **held = held_timeouts(L, anchors_idx, &count);
+  tq_stop(&tm->queue, held, count, ended);
+  free(held);
+}
+
 /* Stops the timer at index 1; returns the timeouts that never ran, in
  * deadline order, as an array at the top of the stack. */
 static void stop_timer(lua_State *L, lhwt_timer *tm) {
@@ -388,7 +413,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
   wheel_list ended = {0};
-  tq_stop(&tm->queue, &ended);
+  stop_queue(L, tm, anchors_idx, &ended);
   int count = 0;
   wheel_node *n;
   while ((n = wheel_list_pop_front(&ended))) {
@@ -418,7 +443,12 @@ static int timer_close(lua_State *L) {
 
 static int timer_gc(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
-  if (tm->initialized) tq_destroy(&tm->queue);
+  if (tm->initialized) {
+    push_anchors(L, 1);
+    wheel_list ended = {0};
+    stop_queue(L, tm, lua_gettop(L), &ended);
+    tq_destroy(&tm->queue);
+  }
   tm->initialized = false;
   return 0;
 }

@@ -142,6 +142,22 @@ bool wheel_next_event(const wheel *w, uint64_t *tick) {
   return false;                              /* unreachable while count > 0 */
 }
 
+/* Walks the occupied slots only; the next pointer is read before a node
+ * can be unlinked. */
+void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
+  for (unsigned level = 0; level < w->levels; level++) {
+    for (int64_t slot = next_occupied(w, level, 0); slot >= 0;
+         slot = next_occupied(w, level, (uint64_t)slot + 1)) {
+      for (wheel_node *n = w->slots[level][slot], *next; n; n = next) {
+        next = n->next;
+        if (!take(n, ctx)) continue;
+        wheel_remove(w, n);
+        wheel_list_push_back(out, n);
+      }
+    }
+  }
+}
+
 /* Empties one slot at now_tick: due nodes go to `due`, the rest move down. */
 static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
   uint64_t slot = slot_index(w, level, w->now_tick);

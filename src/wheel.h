@@ -58,6 +58,12 @@ uint32_t wheel_round_size(uint32_t size);
 bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick);
 void wheel_remove(wheel *w, wheel_node *n);
 
+/* Unlinks every node for which take(node, ctx) is true and appends it to
+ * `out`. O(slots + nodes): for rare bulk work, such as ending one owner's
+ * nodes in a wheel that several owners share. */
+typedef bool (*wheel_predicate)(const wheel_node *n, void *ctx);
+void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out);
+
 /* The earliest tick at which wheel_advance has work (a node falls due or a
  * slot must be moved down a level). false when the wheel is empty. */
 bool wheel_next_event(const wheel *w, uint64_t *tick);

@@ -359,8 +359,15 @@ static void run_stress(const config *cfg) {
   tq_get_stats(&s->q, &before_stop);   /* the worker's wake-ups, while alive */
 
   /* tq_stop hands back every pending timeout: each must be armed. */
+  size_t items = (size_t)cfg->producers * POOL_SIZE, count = 0;
+  timeout **held = calloc(items, sizeof *held);
+  CHECK(held != NULL);
+  if (!held) exit(2);
+  for (int p = 0; p < cfg->producers; p++)
+    for (int i = 0; i < POOL_SIZE; i++) held[count++] = &s->pool[p][i].t;
   wheel_list ended = {0};
-  tq_stop(&s->q, &ended);            /* releases the engine's last reference */
+  tq_stop(&s->q, held, count, &ended);  /* releases the engine's last reference */
+  free(held);
   uint64_t stopped_oneshot = 0, stopped_periodic = 0, stopped_never_ran = 0;
   uint64_t last_deadline = 0;
   for (wheel_node *n = ended.head; n; n = n->next) {

@@ -93,8 +93,9 @@ static void test_manual_cancel_due_and_stop(void) {
   CHECK(drain(&q, out, 4) == 1 && out[0] == &b);
   CHECK(!fd_readable(tq_fd(&q)));
   CHECK(timeout_remaining(&never) == ENGINE_NEVER);
+  timeout *const held[] = {&never, &a, &c, &b};         /* any order */
   wheel_list ended = {0};
-  tq_stop(&q, &ended);
+  tq_stop(&q, held, 4, &ended);
   CHECK(ended.head == &c.link && ended.tail == &never.link);
   CHECK(c.state == TIMEOUT_CANCELLED && never.state == TIMEOUT_CANCELLED);
   CHECK(tq_schedule(&q, &a, 0, 0) == TQ_STOPPED);
@@ -272,6 +273,39 @@ static void test_worker_blocks_signals(void) {
   tq_destroy(&q);
 }
 
+/* tq_stop finds what the caller does not hand it: due and wheel timeouts
+ * (walking a wheel shared with another queue), in order; a never-firing one
+ * left out stays inert. */
+static void test_stop_finds_unheld(void) {
+  timer_queue q, other;
+  engine *eng = open_queue(&q, TICK_1MS, 8, true, 0);
+  CHECK(tq_init(&other, eng, 0) == TQ_OK);
+  timeout t[6], foreign, never;
+  memset(t, 0, sizeof t);
+  foreign = never = t[0];
+  uint64_t delays_ms[6] = {900, 2, 40, 5000, 3, 7};
+  for (int i = 0; i < 6; i++) CHECK(tq_schedule(&q, &t[i], delays_ms[i] * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&other, &foreign, 4 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &never, ENGINE_NEVER, 0) == TQ_OK);
+  engine_advance_manual(eng, 3 * MS);                  /* t[1], t[4] due */
+  timeout *const held[] = {&t[2]};
+  wheel_list ended = {0};
+  tq_stop(&q, held, 1, &ended);
+  int order[] = {1, 4, 5, 2, 0, 3}, i = 0;
+  for (wheel_node *n = ended.head; n; n = n->next, i++) {
+    CHECK(i < 6 && timeout_of(n) == &t[order[i]]);
+    CHECK(timeout_of(n)->state == TIMEOUT_CANCELLED);
+  }
+  CHECK(i == 6);
+  CHECK(!tq_cancel(&never) && tq_pending(&q) == 0);
+  CHECK(foreign.state == TIMEOUT_PENDING && tq_pending(&other) == 1);
+  engine_advance_manual(eng, 1 * MS);
+  timeout *out[1];
+  CHECK(drain(&other, out, 1) == 1 && out[0] == &foreign);
+  tq_destroy(&q);
+  tq_destroy(&other);
+}
+
 /* Regression: tq_stop racing with tq_cancel on the same queue (a data race
  * on the stopped flag, and a use of the engine after stop released it). */
 static void test_stop_races_cancel(void) {
@@ -285,7 +319,7 @@ static void test_stop_races_cancel(void) {
   pthread_create(&canceller, NULL, cancel_half, &r);
   sleep_ns(MS / 5);
   wheel_list ended = {0};
-  tq_stop(&q, &ended);
+  tq_stop(&q, NULL, 0, &ended);                      /* found by a wheel walk */
   pthread_join(canceller, NULL);
   size_t returned = 0;
   for (wheel_node *n = ended.head; n; n = n->next) returned++;
@@ -334,6 +368,7 @@ static const test_case tests[] = {
   {"worker_signals_fd", test_worker_signals_fd},
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
+  {"stop_finds_unheld", test_stop_finds_unheld},
   {"stop_races_cancel", test_stop_races_cancel},
   {"worker_blocks_signals", test_worker_blocks_signals},
 #ifndef __SANITIZE_THREAD__   /* TSan cannot start threads after a fork */

@@ -545,6 +545,33 @@ static void test_remove_within_slot(void) {
   }
 }
 
+static bool is_even_node(const wheel_node *n, void *base) {
+  return (n - (const wheel_node *)base) % 2 == 0;
+}
+
+/* wheel_extract takes exactly the chosen nodes from every level; the rest
+ * stay and still fall due at their ticks. */
+static void test_extract(void) {
+  enum { NODES = 200 };
+  wheel w;
+  if (!open_wheel(&w, 8, 0)) return;
+  wheel_node n[NODES];
+  for (int i = 0; i < NODES; i++)
+    CHECK_TRUE(wheel_insert(&w, &n[i], 1 + (uint64_t)i * 37 % 5000));
+  wheel_list taken = {0};
+  wheel_extract(&w, is_even_node, n, &taken);
+  CHECK_EQ(list_len(&taken), NODES / 2);
+  CHECK_TRUE(list_consistent(&taken));
+  CHECK_EQ(w.count, NODES / 2);
+  wheel_list due = {0};
+  wheel_advance(&w, 5000, &due);
+  CHECK_EQ(list_len(&due), NODES / 2);
+  for (int i = 0; i < NODES; i++)
+    CHECK(list_contains(i % 2 ? &due : &taken, &n[i]), "node %d in the wrong list", i);
+  CHECK_TRUE(!wheel_next_event(&w, &(uint64_t){0}));
+  wheel_free(&w);
+}
+
 static void test_remove_only_node_of_slot(void) {
   static const uint32_t sizes[] = {1, 8, 512};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
@@ -1075,6 +1102,7 @@ int main(void) {
       {"remove_each_level", test_remove_each_level},
       {"remove_after_cascade", test_remove_after_cascade},
       {"remove_within_slot", test_remove_within_slot},
+      {"extract", test_extract},
       {"remove_only_node_of_slot", test_remove_only_node_of_slot},
       {"next_event_empty", test_next_event_empty},
       {"next_event_contract", test_next_event_contract},
