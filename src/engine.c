@@ -376,6 +376,14 @@ static void sort_entries(struct due_entry *entries, size_t count) {
   }
 }
 
+static void fill_entries(struct due_entry *entries, const wheel_list *list) {
+  size_t i = 0;
+  for (wheel_node *n = list->head; n; n = n->next, i++) {
+    timeout *t = timeout_of(n);
+    entries[i] = (struct due_entry){t->deadline_ns, t->seq, t};
+  }
+}
+
 /* Copies the batch into the scratch array; false when memory is short. */
 static bool copy_to_scratch(engine *eng, wheel_list *batch, size_t count) {
   if (count > eng->sort_scratch_size) {
@@ -384,12 +392,25 @@ static bool copy_to_scratch(engine *eng, wheel_list *batch, size_t count) {
     eng->sort_scratch = grown;
     eng->sort_scratch_size = count;
   }
-  size_t i = 0;
-  for (wheel_node *n = batch->head; n; n = n->next, i++) {
-    timeout *t = timeout_of(n);
-    eng->sort_scratch[i] = (struct due_entry){t->deadline_ns, t->seq, t};
-  }
+  fill_entries(eng->sort_scratch, batch);
   return true;
+}
+
+/* A stopped queue's timeouts in order: through an array, which is many times
+ * faster than the list merge sort on a large list of scattered nodes. */
+static void sort_ended(wheel_list *ended) {
+  size_t count = 0;
+  for (wheel_node *n = ended->head; n; n = n->next) count++;
+  struct due_entry *entries = count > 1 ? malloc(count * sizeof *entries) : NULL;
+  if (!entries) {
+    sort_by_deadline(ended);
+    return;
+  }
+  fill_entries(entries, ended);
+  sort_entries(entries, count);
+  *ended = (wheel_list){0};
+  for (size_t i = 0; i < count; i++) wheel_list_push_back(ended, &entries[i].t->link);
+  free(entries);
 }
 
 /* Moves every timeout due by now_ns to its queue's due list, in order. */
@@ -497,8 +518,7 @@ int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
 
 void tq_destroy(timer_queue *q) {
   if (!q->eng) return;
-  wheel_list ended = {0};
-  tq_stop(q, NULL, 0, &ended);
+  tq_stop(q, NULL, 0, NULL);
   engine_release(q->eng);
   q->eng = NULL;
   pthread_cond_destroy(&q->due_cond);
@@ -630,7 +650,7 @@ static void mark_ended(timeout *t, wheel_list *ended) {
     t->state = TIMEOUT_CANCELLED;
     t->owner->stats.cancelled++;
   }
-  wheel_list_push_back(ended, &t->link);
+  if (ended) wheel_list_push_back(ended, &t->link);
 }
 
 static bool owned_by(const wheel_node *n, void *q) {
@@ -674,7 +694,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
   pthread_mutex_unlock(&eng->lock);
-  sort_by_deadline(ended);
+  if (ended) sort_ended(ended);
   if (last_user) stop_worker(eng);
 }
 

@@ -136,7 +136,8 @@ bool tq_finish(timeout *t);
  * engine has not let go. Those are found in O(count). Any the caller leaves
  * out are still found if they wait in the wheel or the due list, by a walk of
  * the engine's wheel: O(all pending timeouts of the engine). A never-firing
- * one left out stays PENDING but inert (tq_cancel returns false). */
+ * one left out stays PENDING but inert (tq_cancel returns false).
+ * `ended` may be NULL when the caller does not need them (no sorting). */
 void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *ended);
 
 /* Blocks until a timeout is due, q stops or timeout_ns pass. true if one is

@@ -445,8 +445,7 @@ static int timer_gc(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   if (tm->initialized) {
     push_anchors(L, 1);
-    wheel_list ended = {0};
-    stop_queue(L, tm, lua_gettop(L), &ended);
+    stop_queue(L, tm, lua_gettop(L), NULL);
     tq_destroy(&tm->queue);
   }
   tm->initialized = false;
