@@ -20,6 +20,9 @@
  *                    engine_advance_manual in 1 ms steps, each followed by
  *                    tq_poll_begin / tq_pop_due / tq_finish until drained;
  *                    the time of advance + pop + finish per expired timeout
+ *                    (INFO: the same with the array in deadline order, and
+ *                    the latency of one dependent cache miss over as much
+ *                    memory as the timeouts take)
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
@@ -159,12 +162,45 @@ static void bench_manual_clock(bench *b) {
   tq_destroy(&q);
 }
 
-/* 3) expiry: advance in 1 ms steps and drain after each. */
-static void bench_expire(bench *b) {
+/* A dependent random walk over `bytes` of memory: what one cache miss costs
+ * when the next address is known only after the load, as in a list walk. */
+static void reference_miss_latency(size_t bytes) {
+  size_t slots = bytes / sizeof(size_t);
+  size_t *next = malloc(slots * sizeof *next);
+  if (!next) fail("out of memory");
+  for (size_t i = 0; i < slots; i++) next[i] = i;
+  for (size_t i = slots - 1; i > 0; i--) {        /* Sattolo: one long cycle */
+    size_t j = (size_t)(rng_next() % i);
+    size_t swap = next[i];
+    next[i] = next[j];
+    next[j] = swap;
+  }
+  enum { STEPS = 2000000 };
+  size_t at = 0;
+  uint64_t start = now_ns();
+  for (int i = 0; i < STEPS; i++) at = next[at];
+  info("ref_dependent_cache_miss", (double)(now_ns() - start) / STEPS);
+  volatile size_t keep = at;                     /* the walk must not be elided */
+  (void)keep;
+  free(next);
+}
+
+/* Sorts the delays, so that nodes lie in memory in deadline order. */
+static int compare_delays(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* 3) expiry: advance in 1 ms steps and drain after each. With in_order, the
+ * timeouts' memory follows their deadlines (no cache misses in the slot
+ * lists): the difference is what scattered nodes cost. */
+static void bench_expire(bench *b, bool in_order) {
   timer_queue q;
   engine *eng = new_engine(true, &q);
   draw_delays(b, 0, 1 * SEC);
-  info("schedule_manual_0_to_1s", time_schedule(b, &q));
+  if (in_order) qsort(b->delays, b->n, sizeof *b->delays, compare_delays);
+  info(in_order ? "schedule_manual_0_to_1s_in_order" : "schedule_manual_0_to_1s",
+       time_schedule(b, &q));
   uint64_t advance_ns = 0, drain_ns = 0, fired = 0;
   uint64_t steps = SEC / TICK_NS;
   for (uint64_t step = 0; step < steps; step++) {
@@ -184,9 +220,14 @@ static void bench_expire(bench *b) {
   if (fired != b->n || tq_pending(&q) != 0) fail("not every timeout expired");
   for (size_t i = 0; i < b->n; i++)
     if (timeout_state(&b->timeouts[i]) != TIMEOUT_DONE) fail("a timeout is not done");
-  result("expire", (double)(advance_ns + drain_ns) / (double)b->n);
-  info("expire_advance_part", (double)advance_ns / (double)b->n);
-  info("expire_poll_pop_finish_part", (double)drain_ns / (double)b->n);
+  double per_expiry = (double)(advance_ns + drain_ns) / (double)b->n;
+  if (in_order) {
+    info("expire_memory_in_deadline_order", per_expiry);
+  } else {
+    result("expire", per_expiry);
+    info("expire_advance_part", (double)advance_ns / (double)b->n);
+    info("expire_poll_pop_finish_part", (double)drain_ns / (double)b->n);
+  }
   tq_destroy(&q);
 }
 
@@ -225,8 +266,14 @@ int main(int argc, char **argv) {
 
   if (all || !strcmp(phase, "real")) bench_real_clock(&b);
   if (all || !strcmp(phase, "manual")) bench_manual_clock(&b);
-  if (all || !strcmp(phase, "expire")) bench_expire(&b);
-  if (all || !strcmp(phase, "ref")) reference_costs();
+  if (all || !strcmp(phase, "expire")) {
+    bench_expire(&b, false);
+    bench_expire(&b, true);
+  }
+  if (all || !strcmp(phase, "ref")) {
+    reference_costs();
+    reference_miss_latency(b.n * sizeof(timeout));
+  }
 
   free(b.order);
   free(b.delays);

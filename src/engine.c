@@ -340,6 +340,21 @@ static void swap_entries(struct due_entry *a, struct due_entry *b) {
   *b = held;
 }
 
+/* Timeouts scheduled with one delay (request timeouts, heartbeats) reach a
+ * slot in deadline order, and leave its LIFO list reversed: such a batch is
+ * put in order in O(n). Returns false when it is in neither order. */
+static bool order_monotonic(struct due_entry *entries, size_t count) {
+  size_t ascending = 1, descending = 1;
+  for (size_t i = 1; i < count; i++) {
+    ascending += entry_before(&entries[i - 1], &entries[i]);
+    descending += entry_before(&entries[i], &entries[i - 1]);
+  }
+  if (ascending == count) return true;
+  if (descending != count) return false;
+  for (size_t i = 0, j = count - 1; i < j; i++, j--) swap_entries(&entries[i], &entries[j]);
+  return true;
+}
+
 /* Quicksort with an inlined comparison (qsort's indirect calls cost more than
  * the sort itself here); insertion sort below SMALL_SORT entries. Recurses
  * into the smaller side only, so the depth is O(log n). */
@@ -422,7 +437,7 @@ static void collect_locked(engine *eng, uint64_t now_ns) {
   wheel_advance(&eng->wheel, now_tick, &batch);
   count -= eng->wheel.count;
   if (count > 1 && copy_to_scratch(eng, &batch, count)) {
-    sort_entries(eng->sort_scratch, count);
+    if (!order_monotonic(eng->sort_scratch, count)) sort_entries(eng->sort_scratch, count);
     for (size_t i = 0; i < count; i++) make_due_locked(eng->sort_scratch[i].t);
     return;
   }
