@@ -126,7 +126,7 @@ static void reference_costs(void) {
   volatile uint64_t sink = 0;
   uint64_t start = now_ns();
   for (int i = 0; i < REPS; i++) sink += engine_monotonic_ns();
-  info("ref_clock_gettime", (double)(now_ns() - start) / REPS);
+  result("ref_clock_gettime", (double)(now_ns() - start) / REPS);
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   start = now_ns();
   for (int i = 0; i < REPS; i++) {
@@ -134,7 +134,7 @@ static void reference_costs(void) {
     sink++;
     pthread_mutex_unlock(&m);
   }
-  info("ref_mutex_lock_unlock", (double)(now_ns() - start) / REPS);
+  result("ref_lock_unlock", (double)(now_ns() - start) / REPS);
   (void)sink;
 }
 
@@ -158,7 +158,7 @@ static void bench_manual_clock(bench *b) {
   result("schedule_manual", time_schedule(b, &q));
   info("cancel_manual_random_order", time_cancel(b, &q, true));
   info("schedule_manual_again", time_schedule(b, &q));
-  info("cancel_manual_array_order", time_cancel(b, &q, false));
+  result("cancel_array_order", time_cancel(b, &q, false));
   tq_destroy(&q);
 }
 
@@ -179,7 +179,7 @@ static void reference_miss_latency(size_t bytes) {
   size_t at = 0;
   uint64_t start = now_ns();
   for (int i = 0; i < STEPS; i++) at = next[at];
-  info("ref_dependent_cache_miss", (double)(now_ns() - start) / STEPS);
+  result("ref_cache_miss", (double)(now_ns() - start) / STEPS);
   volatile size_t keep = at;                     /* the walk must not be elided */
   (void)keep;
   free(next);
@@ -222,7 +222,7 @@ static void bench_expire(bench *b, bool in_order) {
     if (timeout_state(&b->timeouts[i]) != TIMEOUT_DONE) fail("a timeout is not done");
   double per_expiry = (double)(advance_ns + drain_ns) / (double)b->n;
   if (in_order) {
-    info("expire_memory_in_deadline_order", per_expiry);
+    result("expire_in_deadline_order", per_expiry);
   } else {
     result("expire", per_expiry);
     info("expire_advance_part", (double)advance_ns / (double)b->n);
