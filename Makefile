@@ -103,13 +103,14 @@ test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 # make test-all-luas, plus the reliability checks of test/RELIABILITY.md, the
-# nginx test and the LuaRocks install test.
+# nginx test, the LuaRocks install test and a smoke run of make bench-quick
+# (so it installs the benchmark peers too).
 check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \
 	  HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 deps-check:
-	@LUA=$(LUA) HWT_CHECK=1 sh test/deps.sh
+	@LUA=$(LUA) HWT_CHECK=1 HWT_BENCH=1 sh test/deps.sh
 
 soak: deps all
 	@$(RUN_ENV) $(LUA) test/soak.lua
@@ -148,7 +149,7 @@ help:
 	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit; lua5.4 also hwt/core.so)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
-	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak"
+	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"
 	@echo "make test-all-luas  specs and examples on lua5.1-5.3 and luajit, plus make test on lua5.4"
 	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"

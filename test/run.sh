@@ -7,7 +7,8 @@
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
 #               allocation failures, the soak, a real nginx with
-#               lua-nginx-module, and a LuaRocks install.
+#               lua-nginx-module, a LuaRocks install, and a smoke run of
+#               the benchmark harness (bench/run.sh quick).
 # HWT_ONLY=plain|asan runs one half of `make test`.
 # LUA (default lua5.4) is the interpreter; HWT_OUT (default build/$LUA) holds
 # its builds: $HWT_OUT/hwt/core.so, $HWT_OUT/asan/hwt/core.so, ...
@@ -124,6 +125,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
   run_counted "luarocks install ($LUA)" env LUA="$LUA" sh test/luarocks_test.sh
+  run_counted "bench-quick smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 
 echo "$passed passed, $failed failed"
