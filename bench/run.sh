@@ -8,6 +8,8 @@
 #           netty (bench/netty/HwtBench.java on netty-common's HashedWheelTimer),
 #           engine (build/bench_engine: hwt's C engine alone, ns per op).
 #   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
+#   full runs the short throughput cells (W1-W3) three times each, round
+#   robin over the peers, and reports the median: these VMs are noisy.
 #   W6 is given N/5 as its N (every peer receives the count it must schedule).
 # A peer that cannot run is shown as "missing", a run that fails as "failed".
 # full writes bench/RESULTS.md below the line <!-- bench:run --> (the part above
@@ -15,8 +17,8 @@
 set -u
 MODE=${1:-quick}
 case $MODE in
-  full)  N=1000000; IDLE=5; TMO=900 ;;
-  quick) N=100000;  IDLE=1; TMO=120 ;;
+  full)  N=1000000; IDLE=5; TMO=900; REPEAT=3 ;;
+  quick) N=100000;  IDLE=1; TMO=120; REPEAT=1 ;;
   *) echo "usage: sh bench/run.sh full|quick" >&2; exit 2 ;;
 esac
 N6=$((N / 5))
@@ -92,12 +94,17 @@ run() {
 PEERS="hwt luv heap netty"
 run lua W0 "$N"          # closure floor (Lua alone; uses hwt.now() as its clock)
 for w in W1 W2 W3 W4 W5 W6; do
-  for p in $PEERS; do
-    case $w in
-      W5) run "$p" W5 "$N" "$IDLE" ;;
-      W6) run "$p" W6 "$N6" ;;
-      *)  run "$p" "$w" "$N" ;;
-    esac
+  case $w in W1|W2|W3) rounds=$REPEAT ;; *) rounds=1 ;; esac
+  round=0
+  while [ $round -lt $rounds ]; do
+    round=$((round + 1))
+    for p in $PEERS; do
+      case $w in
+        W5) run "$p" W5 "$N" "$IDLE" ;;
+        W6) run "$p" W6 "$N6" ;;
+        *)  run "$p" "$w" "$N" ;;
+      esac
+    done
   done
 done
 if present engine; then
@@ -115,7 +122,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- table
 table() {
-awk -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v ELAPSED=$((END - START)) -v LOAD="$LOAD0 -> $LOAD1" '
+awk -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v REPEAT="$REPEAT" -v ELAPSED=$((END - START)) -v LOAD="$LOAD0 -> $LOAD1" '
 function fmt(v) {
   if (v == "") return "-"
   if (v !~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) return v
@@ -143,9 +150,23 @@ function cell(peer, w, m) {
   return "-"
 }
 function raw(peer, w, m) { return ((peer SUBSEP w SUBSEP m) in val) ? val[peer, w, m] : "" }
-$1 == "RESULT" { val[$2, $3, $4] = $5; if ($4 == "heap_impl") heapimpl = $5 }
+$1 == "RESULT" {
+  k = $2 SUBSEP $3 SUBSEP $4
+  runs[k]++; sample[k, runs[k]] = $5
+  if ($4 == "heap_impl") heapimpl = $5
+}
 $1 == "STATUS" { status[$2, $3] = $4 }
 END {
+  # Several runs of a cell: the median (the lower middle one of an even count).
+  for (k in runs) {
+    n = runs[k]
+    for (i = 1; i <= n; i++) sorted[i] = sample[k, i]
+    for (i = 2; i <= n; i++)
+      for (j = i; j > 1 && isnum(sorted[j]) && isnum(sorted[j - 1]) && sorted[j] + 0 < sorted[j - 1] + 0; j--) {
+        t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t
+      }
+    val[k] = sorted[int((n + 1) / 2)]
+  }
   # workload, metric, higher-is-better, label
   nr = split("W1 ops_per_s 1 schedule|W1 bytes_per_timeout 0 RSS/pending|" \
     "W2 ops_per_s 1 cancel (random order)|W3 ops_per_s 1 churn schedule+cancel|" \
@@ -160,7 +181,7 @@ END {
     "W6 late_p50_ms 0 spread: lateness p50 ms|W6 late_max_ms 0 spread: lateness max ms|" \
     "W6 early 0 spread: callbacks before deadline", rows, "|")
   printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
-  printf("One process per cell, one run each; load average before -> after: %s (other load skews results).\n", LOAD)
+  printf("One process per run; W1-W3: median of %d runs, the rest one run; load average before -> after: %s.\n", REPEAT, LOAD)
   printf("Ratios: >1 means hwt is better (throughput: hwt/peer; times, CPU, bytes, lateness, wake-ups: peer/hwt);\n")
   printf("n/a = a negative (early) value; inf = hwt measured 0; ~ = both below 1 ms CPU;\n")
   printf("missing = peer not installed; failed = run failed. Lateness = callback time - (time at schedule + delay).\n")
