@@ -4,23 +4,58 @@ local core = require("hwt.core")
 
 local hwt = {}
 for name, value in pairs(core) do hwt[name] = value end
+local report_error = core.report_error          -- the layer's own: not hwt's API
+hwt.report_error = nil
 
 local Timer = core.Timer
 local unpack = table.unpack or unpack
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
 
+-- What stop() must tell, by the timeout that stands for it: a retry waiting
+-- for its next try, a coroutine in sleep(). Entries leave when the timeout
+-- fires or is cancelled; weak keys, so a collected timer takes its own along.
+local on_stop = setmetatable({}, { __mode = "k" })
+
+local core_stop = Timer.stop
+
+-- timer:stop(): the core's stop, then each waiting retry gives up and each
+-- sleeping coroutine wakes with nil, "timer is stopped", before it returns.
+-- An error there goes where task errors go; the others are still told.
+function Timer:stop()
+  local ended = core_stop(self)
+  if next(on_stop) == nil then return ended end
+  for i = 1, #ended do
+    local t = ended[i]
+    local tell = on_stop[t]
+    if tell then
+      on_stop[t] = nil
+      local ok, err = pcall(tell)
+      if not ok then report_error(self, err, t) end
+    end
+  end
+  return ended
+end
+
+local function is_stopped(timer)
+  return timer:stats().stopped
+end
+
 -- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
 -- timer resumes it. Returns true, or nil and a message when the timer refuses
--- (max_pending). Resuming the coroutine by hand ends the sleep early.
-local function wake_sleeper(_, co)
+-- (max_pending) or stops. Resuming the coroutine by hand ends the sleep early.
+local function resume_sleeper(co, ...)
   if coroutine.status(co) ~= "suspended" then return end
-  local ok, err = coroutine.resume(co, true)
+  local ok, err = coroutine.resume(co, ...)
   if not ok then error(err, 0) end
 end
 
+local function wake_sleeper(t, co)
+  on_stop[t] = nil
+  resume_sleeper(co, true)
+end
+
 local function is_timer(value)
-  local mt = type(value) == "userdata" and getmetatable(value)
-  return type(mt) == "table" and mt.__name == "hwt.Timer"
+  return type(value) == "userdata" and getmetatable(value) == "hwt.Timer"
 end
 
 -- Whether the running coroutine could yield here. Lua 5.3+ says so
@@ -63,8 +98,10 @@ function Timer:sleep(seconds)
   end
   local t, err = self:timeout(seconds, wake_sleeper, co)
   if not t then return nil, err end
-  local woken = coroutine.yield()
-  t:cancel()                  -- in case the coroutine was resumed by hand
+  on_stop[t] = function() resume_sleeper(co, nil, "timer is stopped") end
+  local woken, why = coroutine.yield()
+  if t:cancel() then on_stop[t] = nil end      -- resumed by hand
+  if woken == nil and why then return nil, why end
   return woken == true
 end
 
@@ -124,7 +161,7 @@ RetryHandle.__index = RetryHandle
 function RetryHandle:cancel()
   if self.done then return false end
   self.done = true
-  if self.pending then self.pending:cancel() end
+  if self.pending and self.pending:cancel() then on_stop[self.pending] = nil end
   self.pending = nil
   return true
 end
@@ -148,7 +185,15 @@ function hwt.retry(timer, fn, opts)
   end
 
   local attempt
-  local function try_again() handle.pending = nil; attempt() end
+  local function try_again(t)
+    on_stop[t] = nil
+    handle.pending = nil
+    attempt()
+  end
+  local function stopped_while_waiting()
+    handle.pending = nil
+    give_up("timer is stopped")
+  end
 
   function attempt()
     if handle.done then return end
@@ -162,9 +207,11 @@ function hwt.retry(timer, fn, opts)
     end
     local err = results[1] and results[3] or results[2]
     if handle.attempts > o.retries then return give_up(err) end
+    if is_stopped(timer) then return give_up("timer is stopped") end
     local t, refusal = timer:timeout(retry_wait(o, handle.attempts), try_again)
     if not t then return give_up(refusal) end
     handle.pending = t
+    on_stop[t] = stopped_while_waiting
   end
 
   attempt()

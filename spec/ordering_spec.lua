@@ -14,8 +14,8 @@
 --  * a draining call (poll/advance) runs the due timeouts scheduled before it
 --    began, in (deadline, seq) order, at most `max`;
 --  * a periodic timeout is re-armed after its run with a new sequence number
---    at the first grid point (first deadline + k * interval) that is after its
---    last deadline and not before now (missed beats skipped);
+--    at the first grid point (first deadline + k * interval) strictly after
+--    now (missed beats skipped);
 --  * a one-shot is no longer pending while its task runs; a periodic is.
 -- The PRNG is local (Park-Miller, 48271 mod 2^31 - 1), so math.random's state
 -- is untouched. All the model's arithmetic is on integral values below 2^53,
@@ -153,10 +153,7 @@ end
 
 local function next_beat(last, interval, now)
   local beats = 1
-  if now > last then
-    beats = ceil_div(now - last, interval)
-    if beats == 0 then beats = 1 end
-  end
+  if now >= last then beats = idiv(now - last, interval) + 1 end
   return last + beats * interval
 end
 

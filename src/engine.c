@@ -629,14 +629,10 @@ timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
 }
 
 /* Fixed rate on the grid deadline + k * interval, skipping missed beats:
- * the first grid point at or after now (and after the last deadline). */
+ * the first grid point strictly after now (and after the last deadline), so
+ * that a late run never leaves its own next beat already due. */
 static uint64_t next_beat(uint64_t last_deadline_ns, uint64_t interval_ns, uint64_t now_ns) {
-  uint64_t beats = 1;
-  if (now_ns > last_deadline_ns) {
-    uint64_t behind = now_ns - last_deadline_ns;
-    beats = behind / interval_ns + (behind % interval_ns != 0);
-    if (beats == 0) beats = 1;
-  }
+  uint64_t beats = now_ns >= last_deadline_ns ? (now_ns - last_deadline_ns) / interval_ns + 1 : 1;
   if (beats > (ENGINE_MAX_DELAY_NS - 1) / interval_ns) return ENGINE_NEVER;
   return deadline_after(last_deadline_ns, beats * interval_ns);
 }

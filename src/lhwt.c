@@ -9,6 +9,15 @@
  * (cancel returned true, tq_finish returned false, or stop handed it back).
  * Timer user values: 1 anchor table, 2 on_error. Timeout user values:
  * 1 its timer, 2 its task, 3.. the extra arguments.
+ *
+ * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
+ * while the state closes (5.4 does not register them; 5.1-5.3 never call
+ * them), so every state that loads the module also gets a `state_timers`
+ * userdata in its registry, made when the module is opened, which lists the
+ * state's timers; its finalizer runs at lua_close after those of every
+ * object created later, and stops whatever timer is still listed, before the
+ * state's memory is freed and this library unloaded. Scripts cannot remove a
+ * finalizer: the metatables are protected (__metatable).
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,15 +40,28 @@
 #define DEFAULT_TICK 0.01
 #define DEFAULT_WHEEL_SIZE 512
 #define MAX_TASK_ARGS 250
+#define MAX_LUA_FRAME 255       /* registers of a Lua function (MAXREGS) */
+#define STATE_TIMERS_KEY "hwt.state_timers"
+
+typedef struct state_timers state_timers;
 
 typedef struct lhwt_timer {
   timer_queue queue;
-  bool initialized;
+  bool initialized;             /* false once stopped for good and released */
   bool manual_clock;
   bool shared_engine;
   uint64_t tick_ns;
   uint32_t wheel_size;
+  state_timers *home;           /* the list it is in; NULL once out */
+  struct lhwt_timer *prev_in_state, *next_in_state;
 } lhwt_timer;
+
+/* The timers of one lua_State that are not yet released. */
+struct state_timers {
+  lhwt_timer *first;
+  bool closing;                 /* its finalizer ran: the state is closing */
+  bool finalizer_sure;          /* its finalizer is known to be registered */
+};
 
 typedef struct lhwt_timeout {
   timeout node;                 /* first: engine pointers convert back */
@@ -51,9 +73,12 @@ typedef struct lhwt_timeout {
 /* ---- small helpers ---------------------------------------------------- */
 
 /* Every function of the module has both metatables as upvalues: checking a
- * type is a pointer comparison, not a registry lookup by name. */
+ * type is a pointer comparison, not a registry lookup by name. The third is
+ * the state's state_timers. */
 #define TIMER_MT_UPVALUE lua_upvalueindex(1)
 #define TIMEOUT_MT_UPVALUE lua_upvalueindex(2)
+#define STATE_TIMERS_UPVALUE lua_upvalueindex(3)
+#define MODULE_UPVALUES 3
 
 static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
   void *object = lua_touserdata(L, idx);
@@ -127,6 +152,89 @@ static void unanchor(lua_State *L, int anchors_idx, lhwt_timeout *to) {
   to->anchor_ref = LUA_NOREF;
 }
 
+/* ---- the state's timers ----------------------------------------------- */
+
+static void list_timer(state_timers *home, lhwt_timer *tm) {
+  tm->home = home;
+  tm->prev_in_state = NULL;
+  tm->next_in_state = home->first;
+  if (home->first) home->first->prev_in_state = tm;
+  home->first = tm;
+}
+
+static void unlist_timer(lhwt_timer *tm) {
+  if (!tm->home) return;
+  if (tm->prev_in_state) tm->prev_in_state->next_in_state = tm->next_in_state;
+  else tm->home->first = tm->next_in_state;
+  if (tm->next_in_state) tm->next_in_state->prev_in_state = tm->prev_in_state;
+  tm->home = NULL;
+}
+
+/* Stops the timer for good and lets go of its engine; after this, no hwt
+ * thread touches the timer or its timeouts. held: as for tq_stop. */
+static void release_timer(lhwt_timer *tm, timeout *const *held, size_t count) {
+  if (!tm->initialized) return;
+  tq_stop(&tm->queue, held, count, NULL);
+  tq_destroy(&tm->queue);
+  unlist_timer(tm);
+  tm->initialized = false;
+}
+
+/* At lua_close: the timers still listed are those whose own finalizer Lua
+ * will not run. Without their anchors at hand, each stop walks the engine's
+ * wheel: O(its pending timeouts) per such timer. */
+static int state_timers_gc(lua_State *L) {
+  state_timers *home = lua_touserdata(L, 1);
+  home->closing = true;
+  while (home->first) release_timer(home->first, NULL, 0);
+  return 0;
+}
+
+#if LUA_VERSION_NUM == 502 || LUA_VERSION_NUM == 503
+static bool has_finalizer_frame(lua_State *L) {
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(L, level, &ar); level++)
+    if (lua_getinfo(L, "n", &ar) && ar.name && strcmp(ar.name, "__gc") == 0) return true;
+  return false;
+}
+#endif
+
+/* Whether this call may come from a finalizer, where a finalizer set now may
+ * never run (if the state is closing). PUC Lua 5.1 cannot tell; LuaJIT runs
+ * finalizers set during lua_close, so it need not. */
+static bool maybe_in_finalizer(lua_State *L) {
+#if LUA_VERSION_NUM >= 504
+  return lua_gc(L, LUA_GCCOUNT, 0) < 0;       /* refused only inside __gc */
+#elif LUA_VERSION_NUM >= 502
+  return !lua_gc(L, LUA_GCISRUNNING, 0) && has_finalizer_frame(L);
+#else
+  (void)L;
+  return false;
+#endif
+}
+
+/* The state's state_timers, made on first use; left at the top. */
+static void push_state_timers(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
+  if (lua_touserdata(L, -1)) return;
+  lua_pop(L, 1);
+  state_timers *home = lua_newuserdata(L, sizeof *home);
+  *home = (state_timers){.finalizer_sure = !maybe_in_finalizer(L)};
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, state_timers_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
+}
+
+/* Whether a timer made now would be stopped with the state: false while the
+ * state is closing, or while that cannot be ruled out. */
+static bool state_can_stop_timers(lua_State *L, state_timers *home) {
+  if (!home->finalizer_sure && !maybe_in_finalizer(L)) home->finalizer_sure = true;
+  return home->finalizer_sure && !home->closing;
+}
+
 /* ---- running tasks ---------------------------------------------------- */
 
 static int traceback_handler(lua_State *L) {
@@ -187,11 +295,32 @@ static void run_task(lua_State *L, int timeout_idx, int on_error_idx, int handle
   lua_settop(L, base);
 }
 
+static int do_nothing(lua_State *L) {
+  (void)L;
+  return 0;
+}
+
+/* As deep in C calls as the deepest way run_task starts a task. */
+static int call_nested(lua_State *L) {
+  lua_pushcfunction(L, do_nothing);
+  lua_call(L, 0, 0);
+  return 0;
+}
+
+/* Raises, before any timeout is taken, when a task could not even be called
+ * here: poll() nested in tasks past the C stack or the Lua stack. Every task
+ * of this poll is called at this same depth, so one probe covers them all. */
+static void check_task_call_fits(lua_State *L) {
+  if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
+    luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
+  lua_pushcfunction(L, call_nested);
+  if (lua_pcall(L, 0, 0, 0) != LUA_OK) lua_error(L);   /* "C stack overflow" */
+}
+
 /* Runs up to `max` due tasks of the timer at index 1. */
 static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
   if (max <= 0) return 0;
-  if (!lua_checkstack(L, MAX_TASK_ARGS + 8))        /* nothing below may raise */
-    luaL_error(L, "not enough memory (stack space to run tasks)");
+  check_task_call_fits(L);                          /* nothing below may raise */
   uint64_t seq_limit = tq_poll_begin(&tm->queue);
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
@@ -335,7 +464,7 @@ static int timer_pending(lua_State *L) {
 /* Raises once the timer was collected (reachable only from finalizers). */
 static lhwt_timer *check_alive_timer(lua_State *L, int idx) {
   lhwt_timer *tm = check_timer(L, idx);
-  if (!tm->initialized) luaL_error(L, "timer was garbage-collected");
+  if (!tm->initialized) luaL_error(L, "timer was garbage-collected or its Lua state is closing");
   return tm;
 }
 
@@ -436,10 +565,14 @@ static int timer_stop(lua_State *L) {
   return 1;
 }
 
+/* Through the stop method, so that what extends it (lua/hwt.lua) runs too. */
 static int timer_close(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   lua_settop(L, 1);
-  if (tm->initialized) stop_timer(L, tm);
+  if (!tm->initialized) return 0;
+  lua_getfield(L, 1, "stop");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 0);
   return 0;
 }
 
@@ -448,9 +581,19 @@ static int timer_gc(lua_State *L) {
   if (tm->initialized) {
     push_anchors(L, 1);
     stop_queue(L, tm, lua_gettop(L), NULL);
-    tq_destroy(&tm->queue);
+    release_timer(tm, NULL, 0);
   }
-  tm->initialized = false;
+  return 0;
+}
+
+/* report_error(timer, err [, timeout]): err goes where a task's error goes
+ * (on_error, or stderr). For the Lua layer, not exported by hwt. */
+static int hwt_report_error(lua_State *L) {
+  check_timer(L, 1);
+  lua_settop(L, 3);
+  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
+  lua_pushvalue(L, 2);
+  report_task_error(L, 4, 3);
   return 0;
 }
 
@@ -547,6 +690,8 @@ static int hwt_new(lua_State *L) {
   tm->manual_clock = opts.manual_clock;
   tm->tick_ns = seconds_to_ns(opts.tick);
   tm->shared_engine = opts.shared && !opts.manual_clock;   /* manual time is private */
+  state_timers *home = lua_touserdata(L, STATE_TIMERS_UPVALUE);
+  if (!state_can_stop_timers(L, home)) return 1;          /* born stopped */
   engine *eng = tm->shared_engine
                     ? engine_acquire_shared(tm->tick_ns, (uint32_t)opts.wheel_size)
                     : engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
@@ -556,6 +701,7 @@ static int hwt_new(lua_State *L) {
   engine_release(eng);                           /* the queue holds it now */
   if (result != TQ_OK) return luaL_error(L, "cannot create the timer's wake-up descriptor");
   tm->initialized = true;
+  list_timer(home, tm);
   return 1;
 }
 
@@ -652,24 +798,29 @@ static const luaL_Reg timeout_metamethods[] = {
 };
 
 static const luaL_Reg module_functions[] = {
-  {"new", hwt_new}, {"now", hwt_now}, {NULL, NULL}
+  {"new", hwt_new}, {"now", hwt_now}, {"report_error", hwt_report_error}, {NULL, NULL}
 };
 
-/* Fills the metatable at mt_idx: its metamethods, its name and an __index
- * table of methods, which it leaves on the stack. Every function gets the
- * two metatables as upvalues (at mts_idx, mts_idx + 1). */
-static void fill_class(lua_State *L, int mt_idx, int mts_idx, const char *name,
+/* Sets the functions of `functions` into the table at the top, each with the
+ * module's upvalues (at upvalues_idx ...). */
+static void set_module_functions(lua_State *L, int upvalues_idx, const luaL_Reg *functions) {
+  for (int i = 0; i < MODULE_UPVALUES; i++) lua_pushvalue(L, upvalues_idx + i);
+  luaL_setfuncs(L, functions, MODULE_UPVALUES);
+}
+
+/* Fills the metatable at mt_idx: its metamethods, its name, __metatable (a
+ * script must not reach __gc) and an __index table of methods, which it
+ * leaves on the stack. */
+static void fill_class(lua_State *L, int mt_idx, int upvalues_idx, const char *name,
                        const luaL_Reg *meta, const luaL_Reg *methods) {
   lua_pushvalue(L, mt_idx);
-  lua_pushvalue(L, mts_idx);
-  lua_pushvalue(L, mts_idx + 1);
-  luaL_setfuncs(L, meta, 2);
+  set_module_functions(L, upvalues_idx, meta);
   lua_pushstring(L, name);
   lua_setfield(L, -2, "__name");
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__metatable");
   lua_newtable(L);
-  lua_pushvalue(L, mts_idx);
-  lua_pushvalue(L, mts_idx + 1);
-  luaL_setfuncs(L, methods, 2);
+  set_module_functions(L, upvalues_idx, methods);
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index");
   lua_remove(L, -2);
@@ -679,11 +830,10 @@ int luaopen_hwt_core(lua_State *L) {
   luaL_newmetatable(L, TIMER_MT);
   int mts_idx = lua_gettop(L);
   luaL_newmetatable(L, TIMEOUT_MT);
+  push_state_timers(L);
   lua_newtable(L);
   int module_idx = lua_gettop(L);
-  lua_pushvalue(L, mts_idx);
-  lua_pushvalue(L, mts_idx + 1);
-  luaL_setfuncs(L, module_functions, 2);
+  set_module_functions(L, mts_idx, module_functions);
   fill_class(L, mts_idx, mts_idx, TIMER_MT, timer_metamethods, timer_methods);
   lua_setfield(L, module_idx, "Timer");
   fill_class(L, mts_idx + 1, mts_idx, TIMEOUT_MT, timeout_metamethods, timeout_methods);
