@@ -35,7 +35,7 @@ endif
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC)
+	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
 
 hwt/core.so: $(MODULE)
 	@mkdir -p hwt
@@ -43,7 +43,7 @@ hwt/core.so: $(MODULE)
 
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC)
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
 
 $(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
 	@mkdir -p $(BUILD)
@@ -59,6 +59,16 @@ $(OUT)/tsan/host_threads: test/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS)
+
+# States closed with live timers (some made during lua_close) while other
+# states keep firing on the shared engine: under ASan+UBSan, and under TSan.
+$(OUT)/asan/close_host: test/close_host.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS) -ldl
+
+$(OUT)/tsan/close_host: test/close_host.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS) -ldl
 
 # The engine's threads under ThreadSanitizer.
 $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
@@ -91,7 +101,7 @@ test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) sh test/run.sh
 
 asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
-            $(OUT)/tsan/host_threads
+            $(OUT)/tsan/host_threads $(OUT)/asan/close_host $(OUT)/tsan/close_host
 
 # The plain half (busted specs, examples) on lua5.1, lua5.2, lua5.3 and
 # luajit, then the whole `make test` on lua5.4; one total.

@@ -21,7 +21,7 @@ build = {
       ["hwt"] = "lua/hwt.lua",
       ["hwt.core"] = {
          sources = { "src/wheel.c", "src/engine.c", "src/lhwt.c" },
-         libraries = { "pthread" },
+         libraries = { "pthread", "dl" },
          defines = {},
          incdirs = { "src" },
       },

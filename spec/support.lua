@@ -1,5 +1,6 @@
 -- Helpers shared by the real-clock specs.
 local hwt = require("hwt")
+local compat = require("compat")
 
 local support = {}
 
@@ -37,5 +38,38 @@ function support.threads_settle(at_most, limit)
   end
   return n
 end
+
+-- Runs `code` in a child interpreter that loads this very build of hwt.
+-- Returns stdout, stderr, and the three results close() gives on 5.2+
+-- (ok, "exit" or "signal", code); the shell reports them, so that they are
+-- the same on 5.1 and LuaJIT, whose close() returns only true.
+function support.run_child(code)
+  local lua = compat.interpreter()
+  local script, errfile = os.tmpname(), os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(("package.path = %q\npackage.cpath = %q\n"):format(package.path, package.cpath))
+  f:write(code)
+  f:close()
+  local p = assert(io.popen(("%s %s 2>%s; echo \"HWT-CHILD-EXIT=$?\""):format(lua, script, errfile), "r"))
+  local out = p:read("*a")
+  p:close()
+  local code = tonumber(out:match("HWT%-CHILD%-EXIT=(%d+)\n$"))
+  out = out:gsub("HWT%-CHILD%-EXIT=%d+\n$", "")
+  local how, status = nil, nil
+  if code then
+    how, status = code > 128 and "signal" or "exit", code > 128 and code - 128 or code
+  end
+  local ok = (how == "exit" and status == 0) or nil
+  local e = assert(io.open(errfile, "r"))
+  local err = e:read("*a")
+  e:close()
+  os.remove(script)
+  os.remove(errfile)
+  return out, err, ok, how, status
+end
+
+-- Timers with thousands of pending timeouts, periodic ones, timeouts
+-- scheduled from inside `every` tasks, a due-but-unpolled one, a sleeping
+-- coroutine, a manual timer and a to-be-closed one, all left pending.
 
 return support

@@ -19,6 +19,7 @@
  * state's memory is freed and this library unloaded. Scripts cannot remove a
  * finalizer: the metatables are protected (__metatable).
  */
+#define _GNU_SOURCE             /* dladdr, RTLD_NODELETE */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,10 @@
 #include "compat.h"
 #include "engine.h"
 #include "hwt.h"
+
+#if LUA_VERSION_NUM == 501
+#include <dlfcn.h>
+#endif
 
 #define HWT_VERSION "hwt 0.1.0"
 #define TIMER_MT "hwt.Timer"
@@ -212,6 +217,20 @@ static bool maybe_in_finalizer(lua_State *L) {
   return false;
 #endif
 }
+
+#if LUA_VERSION_NUM == 501
+/* Lua 5.1 and LuaJIT unload a C library when the finalizer of its handle runs
+ * during lua_close, yet go on to run finalizers of objects older than that
+ * handle, and LuaJIT also those of objects made during the close: some are
+ * hwt's (a Timer's __gc) or call it. So this library stays loaded. 5.2+ unload
+ * C libraries after every other finalizer. */
+static void keep_library_loaded(void) {
+  static const char in_this_library = 0;
+  Dl_info self;
+  if (dladdr(&in_this_library, &self) && self.dli_fname)
+    dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+#endif
 
 /* The state's state_timers, made on first use; left at the top. */
 static void push_state_timers(lua_State *L) {
@@ -827,6 +846,9 @@ static void fill_class(lua_State *L, int mt_idx, int upvalues_idx, const char *n
 }
 
 int luaopen_hwt_core(lua_State *L) {
+#if LUA_VERSION_NUM == 501
+  keep_library_loaded();
+#endif
   luaL_newmetatable(L, TIMER_MT);
   int mts_idx = lua_gettop(L);
   luaL_newmetatable(L, TIMEOUT_MT);

@@ -108,6 +108,8 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   run_c_tests build/asan
   run_c_tests build/tsan
   run_counted "tsan/host_threads ($LUA)" "$OUT/tsan/host_threads"
+  run_counted "asan/close_host ($LUA)" "$OUT/asan/close_host" "$OUT/asan/?.so"
+  run_counted "tsan/close_host ($LUA)" "$OUT/tsan/close_host"
   # Debian's lua is not instrumented: preload the runtimes for it alone.
   SANITIZER_ENV="LD_PRELOAD=$runtime"
   run_busted "$OUT/asan/?.so" "busted specs ($LUA, asan+ubsan)"
