@@ -18,21 +18,42 @@ local on_stop = setmetatable({}, { __mode = "k" })
 
 local core_stop = Timer.stop
 
--- timer:stop(): the core's stop, then each waiting retry gives up and each
--- sleeping coroutine wakes with nil, "timer is stopped", before it returns.
--- An error there goes where task errors go; the others are still told.
-function Timer:stop()
-  local ended = core_stop(self)
-  if next(on_stop) == nil then return ended end
+-- Tells each waiting retry and sleeper among `ended` that the timer stopped.
+-- Run in a coroutine of its own, so that a deep caller's Lua stack does not
+-- limit it; an error goes where task errors go, and the others are still told.
+local function tell_stopped(timer, ended)
   for i = 1, #ended do
     local t = ended[i]
     local tell = on_stop[t]
     if tell then
       on_stop[t] = nil
       local ok, err = pcall(tell)
-      if not ok then report_error(self, err, t) end
+      if not ok then report_error(timer, err, t) end
     end
   end
+end
+
+-- The same C depth as tell_stopped waking a sleeper, doing nothing.
+local function resume_nothing()
+  local resumed, err = coroutine.resume(coroutine.create(function() end))
+  if not resumed then error(err, 0) end
+end
+local function rehearse_telling()
+  local fits, err = pcall(resume_nothing)
+  if not fits then error(err, 0) end
+end
+
+-- timer:stop(): the core's stop, then each waiting retry gives up and each
+-- sleeping coroutine wakes with nil, "timer is stopped", before it returns.
+-- Where the C stack could not take those calls (stop() nested in C calls to
+-- the limit), it raises "C stack overflow" before stopping anything.
+function Timer:stop()
+  if next(on_stop) == nil then return core_stop(self) end
+  local fits, err = coroutine.resume(coroutine.create(rehearse_telling))
+  if not fits then error(err, 2) end
+  local ended = core_stop(self)
+  local told, failure = coroutine.resume(coroutine.create(tell_stopped), self, ended)
+  if not told then report_error(self, failure) end
   return ended
 end
 

@@ -273,6 +273,32 @@ describe("5: a late periodic run never leaves its own next beat due", function()
 end)
 
 describe("siblings", function()
+  it("stop() where the C stack cannot take one more call raises, stopping nothing; retried higher up it tells all", function()
+    local tm = manual()
+    local gave_up = 0
+    local h = hwt.retry(tm, function() return nil, "no" end,
+                        { delay = 1, on_give_up = function() gave_up = gave_up + 1 end })
+    local co = coroutine.create(function() return tm:sleep(1) end)
+    assert(coroutine.resume(co))
+    local stopped, refusals = false, {}
+    local function nest()               -- pcall in pcall until the C stack ends
+      pcall(nest)
+      if stopped then return end
+      local ok, err = pcall(tm.stop, tm)
+      stopped = ok
+      if not ok then
+        refusals[#refusals + 1] = tostring(err)
+        assert.are.equal(2, tm:pending())   -- nothing stopped
+      end
+    end
+    nest()
+    assert.is_true(stopped)
+    if #refusals > 0 then assert.matches("stack overflow", refusals[1]) end
+    assert.are.equal(1, gave_up)
+    assert.is_true(h.done)
+    assert.are.equal("dead", coroutine.status(co))
+  end)
+
   it("a coroutine in timer:sleep() wakes with nil, 'timer is stopped' when the timer stops", function()
     local tm = manual()
     local results
