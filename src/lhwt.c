@@ -2,22 +2,30 @@
  * lhwt.c — the Lua binding, module hwt.core. No threads of its own and no
  * wheel logic: it checks arguments, anchors Lua values and runs tasks.
  *
- * Memory: a Timeout userdata embeds the engine's `timeout` node. While the
- * node is pending, due or running, the userdata is anchored in its timer's
- * anchor table (luaL_ref), so the garbage collector cannot free memory the
- * worker may still link; it is unanchored at the moment the engine lets go
- * (cancel returned true, tq_finish returned false, or stop handed it back).
- * Timer user values: 1 anchor table, 2 on_error. Timeout user values:
- * 1 its timer, 2 its task, 3.. the extra arguments.
+ * Memory: the engine links two kinds of Lua memory. A Timeout userdata
+ * embeds its `timeout` node; while the node is pending, due or running, the
+ * userdata is anchored in its timer's anchor table (luaL_ref), and it is
+ * unanchored at the moment the engine lets go (cancel returned true,
+ * tq_finish returned false, or stop handed it back). A timer's queue lives in
+ * a "queue" userdata of its own, apart from the Timer userdata the script
+ * holds; the Timer points to it. While the queue runs (until it is stopped),
+ * the state's `running` table holds the queue userdata, which holds the
+ * anchor table: so the memory the engine uses stays alive even when Lua
+ * frees a Timer without calling its __gc (Lua skips a finalizer that it
+ * cannot call at the C stack limit). Nothing there holds the Timer itself,
+ * so dropping a Timer still lets its __gc stop the queue.
+ * Timer user values: 1 anchor table, 2 on_error, 3 its queue. Queue user
+ * value: 1 the anchor table. Timeout user values: 1 its timer's queue,
+ * 2 its task, 3.. the extra arguments.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
  * while the state closes (5.4 does not register them; 5.1-5.3 never call
  * them), so every state that loads the module also gets a `state_timers`
  * userdata in its registry, made when the module is opened, which lists the
- * state's timers; its finalizer runs at lua_close after those of every
- * object created later, and stops whatever timer is still listed, before the
- * state's memory is freed and this library unloaded. Scripts cannot remove a
- * finalizer: the metatables are protected (__metatable).
+ * state's running queues; its finalizer runs at lua_close after those of
+ * every object created later, and stops whatever queue is still listed,
+ * before the state's memory is freed and this library unloaded. Scripts
+ * cannot remove a finalizer: the metatables are protected (__metatable).
  */
 #define _GNU_SOURCE             /* dladdr, RTLD_NODELETE */
 #include <math.h>
@@ -36,9 +44,14 @@
 #define HWT_VERSION "hwt 0.1.0"
 #define TIMER_MT "hwt.Timer"
 #define TIMEOUT_MT "hwt.Timeout"
+#define QUEUE_MT "hwt.queue"
 #define TIMER_UV_ANCHORS 1
 #define TIMER_UV_ON_ERROR 2
-#define TIMEOUT_UV_TIMER 1
+#define TIMER_UV_QUEUE 3
+#define QUEUE_UV_ANCHORS 1
+#define STATE_UV_RUNNING 1      /* queue userdata -> true, while running */
+#define STATE_UV_TIMERS 2       /* queue userdata -> its Timer (weak) */
+#define TIMEOUT_UV_QUEUE 1
 #define TIMEOUT_UV_TASK 2
 #define TIMEOUT_UV_ARGS 3
 #define NS_PER_SEC 1e9
@@ -50,6 +63,7 @@
 
 typedef struct state_timers state_timers;
 
+/* The queue userdata. */
 typedef struct lhwt_timer {
   timer_queue queue;
   bool initialized;             /* false once stopped for good and released */
@@ -57,9 +71,14 @@ typedef struct lhwt_timer {
   bool shared_engine;
   uint64_t tick_ns;
   uint32_t wheel_size;
-  state_timers *home;           /* the list it is in; NULL once out */
+  state_timers *home;           /* the list it is in while running */
   struct lhwt_timer *prev_in_state, *next_in_state;
 } lhwt_timer;
+
+/* The Timer userdata: the script's handle on a queue. */
+typedef struct timer_handle {
+  lhwt_timer *tm;               /* in its queue userdata (user value 3) */
+} timer_handle;
 
 /* The timers of one lua_State that are not yet released. */
 struct state_timers {
@@ -96,7 +115,8 @@ static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name
 }
 
 static lhwt_timer *check_timer(lua_State *L, int idx) {
-  return check_class(L, idx, TIMER_MT_UPVALUE, TIMER_MT);
+  timer_handle *handle = check_class(L, idx, TIMER_MT_UPVALUE, TIMER_MT);
+  return handle->tm;
 }
 
 static lhwt_timeout *check_timeout(lua_State *L, int idx) {
@@ -175,43 +195,57 @@ static void unlist_timer(lhwt_timer *tm) {
   tm->home = NULL;
 }
 
-/* Stops the timer for good and lets go of its engine; after this, no hwt
- * thread touches the timer or its timeouts. held: as for tq_stop. */
-static void release_timer(lhwt_timer *tm, timeout *const *held, size_t count) {
+/* Lets go of the queue's engine, stopping it first if need be; after this,
+ * no hwt thread touches the queue or its timeouts. */
+static void release_queue(lhwt_timer *tm) {
   if (!tm->initialized) return;
-  tq_stop(&tm->queue, held, count, NULL);
   tq_destroy(&tm->queue);
   unlist_timer(tm);
   tm->initialized = false;
 }
 
-/* At lua_close: the timers still listed are those whose own finalizer Lua
- * will not run. Without their anchors at hand, each stop walks the engine's
- * wheel: O(its pending timeouts) per such timer. */
-static int state_timers_gc(lua_State *L) {
-  state_timers *home = lua_touserdata(L, 1);
-  home->closing = true;
-  while (home->first) release_timer(home->first, NULL, 0);
+/* Sets table[key at key_idx] = the value at the top (popped); the table is
+ * the state_timers user value `uv`. */
+static void set_state_entry(lua_State *L, int uv, int key_idx) {
+  key_idx = lua_absindex(L, key_idx);
+  compat_getuservalue(L, STATE_TIMERS_UPVALUE, uv);
+  lua_pushvalue(L, key_idx);
+  lua_pushvalue(L, -3);
+  lua_rawset(L, -3);
+  lua_pop(L, 2);
+}
+
+/* After a stop: the queue no longer needs to outlive its Timer. queue_idx:
+ * the queue userdata. */
+static void retire_queue(lua_State *L, lhwt_timer *tm, int queue_idx) {
+  unlist_timer(tm);
+  queue_idx = lua_absindex(L, queue_idx);
+  lua_pushnil(L);
+  set_state_entry(L, STATE_UV_RUNNING, queue_idx);
+}
+
+/* The queue's own finalizer: a stop that its Timer's __gc did not make. */
+static int queue_gc(lua_State *L) {
+  release_queue(lua_touserdata(L, 1));
   return 0;
 }
 
-#if LUA_VERSION_NUM == 502 || LUA_VERSION_NUM == 503
-static bool has_finalizer_frame(lua_State *L) {
-  lua_Debug ar;
-  for (int level = 0; lua_getstack(L, level, &ar); level++)
-    if (lua_getinfo(L, "n", &ar) && ar.name && strcmp(ar.name, "__gc") == 0) return true;
-  return false;
+/* At lua_close: the queues still listed are those whose Timer Lua did not
+ * (or will not) finalize. Without their anchors at hand, each stop walks the
+ * engine's wheel: O(its pending timeouts) per such queue. */
+static int state_timers_gc(lua_State *L) {
+  state_timers *home = lua_touserdata(L, 1);
+  home->closing = true;
+  while (home->first) release_queue(home->first);
+  return 0;
 }
-#endif
 
 /* Whether this call may come from a finalizer, where a finalizer set now may
- * never run (if the state is closing). PUC Lua 5.1 cannot tell; LuaJIT runs
- * finalizers set during lua_close, so it need not. */
+ * never run (if the state is closing). Only Lua 5.4 can tell (PUC 5.1-5.3
+ * cannot; LuaJIT runs finalizers set during lua_close, so it need not). */
 static bool maybe_in_finalizer(lua_State *L) {
 #if LUA_VERSION_NUM >= 504
   return lua_gc(L, LUA_GCCOUNT, 0) < 0;       /* refused only inside __gc */
-#elif LUA_VERSION_NUM >= 502
-  return !lua_gc(L, LUA_GCISRUNNING, 0) && has_finalizer_frame(L);
 #else
   (void)L;
   return false;
@@ -232,19 +266,35 @@ static void keep_library_loaded(void) {
 }
 #endif
 
-/* The state's state_timers, made on first use; left at the top. */
+/* The state's state_timers, made on first use, with its running table and
+ * its weak table of Timers; left at the top. */
 static void push_state_timers(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
   if (lua_touserdata(L, -1)) return;
   lua_pop(L, 1);
-  state_timers *home = lua_newuserdata(L, sizeof *home);
+  state_timers *home = compat_newuserdata(L, sizeof *home, 2);
   *home = (state_timers){.finalizer_sure = !maybe_in_finalizer(L)};
+  int home_idx = lua_gettop(L);
+  lua_newtable(L);
+  compat_setuservalue(L, home_idx, STATE_UV_RUNNING);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  compat_setuservalue(L, home_idx, STATE_UV_TIMERS);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_timers_gc);
   lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
+  lua_setmetatable(L, home_idx);
+  lua_pushvalue(L, home_idx);
   lua_setfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
+  luaL_newmetatable(L, QUEUE_MT);
+  lua_pushcfunction(L, queue_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushliteral(L, QUEUE_MT);
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 1);
 }
 
 /* Whether a timer made now would be stopped with the state: false while the
@@ -392,8 +442,8 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   lua_pushvalue(L, TIMEOUT_MT_UPVALUE);
   lua_setmetatable(L, -2);
   int timeout_idx = lua_gettop(L);
-  lua_pushvalue(L, 1);
-  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TIMER);
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_QUEUE);
   lua_pushvalue(L, 3);
   compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
   for (int i = 0; i < nargs; i++) {
@@ -564,6 +614,8 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   int anchors_idx = lua_gettop(L);
   wheel_list ended = {0};
   stop_queue(L, tm, anchors_idx, &ended);
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  retire_queue(L, tm, -1);
   int count = 0;
   wheel_node *n;
   while ((n = wheel_list_pop_front(&ended))) {
@@ -600,7 +652,11 @@ static int timer_gc(lua_State *L) {
   if (tm->initialized) {
     push_anchors(L, 1);
     stop_queue(L, tm, lua_gettop(L), NULL);
-    release_timer(tm, NULL, 0);
+    compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+    retire_queue(L, tm, -1);
+    release_queue(tm);
+    lua_pushvalue(L, 1);           /* Lua cleared it; a later finalizer may resurrect us */
+    set_state_entry(L, STATE_UV_TIMERS, -2);
   }
   return 0;
 }
@@ -688,14 +744,28 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
   }
 }
 
+/* A new queue userdata whose anchor table is that of the Timer at timer_idx;
+ * it becomes the Timer's user value TIMER_UV_QUEUE and stays at the top. */
+static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
+  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, 1);
+  memset(tm, 0, sizeof *tm);
+  compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
+  compat_setuservalue(L, -2, QUEUE_UV_ANCHORS);
+  luaL_setmetatable(L, QUEUE_MT);
+  lua_pushvalue(L, -1);
+  compat_setuservalue(L, timer_idx, TIMER_UV_QUEUE);
+  return tm;
+}
+
 static int hwt_new(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, 2);
-  memset(tm, 0, sizeof *tm);
+  timer_handle *handle = compat_newuserdata(L, sizeof *handle, 3);
   int timer_idx = lua_gettop(L);
   lua_newtable(L);
   compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
+  lhwt_timer *tm = handle->tm = new_queue(L, timer_idx);
+  int queue_idx = lua_gettop(L);
   timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false, true};
   if (lua_istable(L, 1)) {
     lua_pushnil(L);
@@ -710,7 +780,10 @@ static int hwt_new(lua_State *L) {
   tm->tick_ns = seconds_to_ns(opts.tick);
   tm->shared_engine = opts.shared && !opts.manual_clock;   /* manual time is private */
   state_timers *home = lua_touserdata(L, STATE_TIMERS_UPVALUE);
-  if (!state_can_stop_timers(L, home)) return 1;          /* born stopped */
+  if (!state_can_stop_timers(L, home)) {                  /* born stopped */
+    lua_settop(L, timer_idx);
+    return 1;
+  }
   engine *eng = tm->shared_engine
                     ? engine_acquire_shared(tm->tick_ns, (uint32_t)opts.wheel_size)
                     : engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
@@ -721,6 +794,11 @@ static int hwt_new(lua_State *L) {
   if (result != TQ_OK) return luaL_error(L, "cannot create the timer's wake-up descriptor");
   tm->initialized = true;
   list_timer(home, tm);
+  lua_pushboolean(L, true);
+  set_state_entry(L, STATE_UV_RUNNING, queue_idx);
+  lua_pushvalue(L, timer_idx);
+  set_state_entry(L, STATE_UV_TIMERS, queue_idx);
+  lua_settop(L, timer_idx);
   return 1;
 }
 
@@ -730,8 +808,8 @@ static int timeout_cancel(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   bool cancelled = tq_cancel(&to->node);
   if (cancelled) {
-    compat_getuservalue(L, 1, TIMEOUT_UV_TIMER);
-    push_anchors(L, lua_gettop(L));
+    compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+    compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
     unanchor(L, lua_gettop(L), to);
   }
   lua_pushboolean(L, cancelled);
@@ -753,9 +831,12 @@ static int timeout_is_expired(lua_State *L) {
   return 1;
 }
 
+/* nil once the timer was collected: a Timeout does not keep it alive. */
 static int timeout_timer(lua_State *L) {
   check_timeout(L, 1);
-  compat_getuservalue(L, 1, TIMEOUT_UV_TIMER);
+  compat_getuservalue(L, STATE_TIMERS_UPVALUE, STATE_UV_TIMERS);
+  compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+  lua_rawget(L, -2);
   return 1;
 }
 
