@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas
 
 # The default (lua5.4) build is also copied to hwt/core.so, where bench/,
@@ -70,6 +70,19 @@ $(OUT)/tsan/close_host: test/close_host.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS) -ldl
 
+# The chaos run: test/chaos.lua in many lua_States on four threads sharing
+# engines, under ASan+UBSan and under TSan. As for host_threads, compat.h is
+# forced into the host alone (engine.c must see its own _GNU_SOURCE first).
+$(OUT)/asan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
+
+$(OUT)/tsan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
+
 # The engine's threads under ThreadSanitizer.
 $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
@@ -90,6 +103,11 @@ $(OUT)/asan/alloc_host: test/alloc_host.c
 
 C_TESTS := $(patsubst test/%.c,%,$(wildcard test/test_*.c))
 CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(OUT)/asan/alloc_host
+# The chaos run's hosts (test/chaos.lua is Lua 5.4 only).
+CHAOS_HOSTS := $(OUT)/asan/chaos_host $(OUT)/tsan/chaos_host
+ifeq ($(LUA),lua5.4)
+CHECK_BINARIES += $(CHAOS_HOSTS)
+endif
 
 # Installs the Debian packages the build and the tests need, when missing.
 deps:
@@ -124,6 +142,12 @@ deps-check:
 
 soak: deps all
 	@$(RUN_ENV) $(LUA) test/soak.lua
+
+# The chaos run alone (CHAOS_SECONDS, CHAOS_TSAN_SECONDS, CHAOS_SEED, CHAOS_SKIP: see test/chaos_host.c).
+chaos: deps $(CHAOS_HOSTS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(OUT)/asan/chaos_host
+	@TSAN_OPTIONS=halt_on_error=1 CHAOS_SECONDS=$${CHAOS_TSAN_SECONDS:-30} $(OUT)/tsan/chaos_host
 
 fuzz: deps all
 	@$(RUN_ENV) $(LUA) test/fuzz/differential.lua
@@ -163,6 +187,7 @@ help:
 	@echo "make test-all-luas  specs and examples on lua5.1-5.3 and luajit, plus make test on lua5.4"
 	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
+	@echo "make chaos    random scripts in many states on threads, 60 s under ASan+UBSan, 30 s under TSan"
 	@echo "make bench    hwt vs luv, a Lua heap and Netty (make bench-deps installs them)"
 	@echo "make bench-quick  a one-minute version of make bench"
 	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"

@@ -6,7 +6,7 @@
 #   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
-#               allocation failures, the soak, a real nginx with
+#               allocation failures, the soak, the chaos run (ASan, TSan), a real nginx with
 #               lua-nginx-module, a LuaRocks install, and a smoke run of
 #               the benchmark harness (bench/run.sh quick).
 # HWT_ONLY=plain|asan runs one half of `make test`.
@@ -122,6 +122,12 @@ fi
 if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/fuzz/differential.lua
   run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/soak.lua
+  if [ "$LUA" = lua5.4 ]; then
+    run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-60}" "$OUT/asan/chaos_host"
+    run_counted "chaos ($LUA, tsan)" env TSAN_OPTIONS=halt_on_error=1 \
+      CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-30}" "$OUT/tsan/chaos_host"
+  fi
   run_counted "engine stress (tsan)" build/tsan/stress_engine
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
