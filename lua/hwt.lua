@@ -28,7 +28,7 @@ local function tell_stopped(timer, ended)
     if tell then
       on_stop[t] = nil
       local ok, err = pcall(tell)
-      if not ok then report_error(timer, err, t) end
+      if not ok then pcall(report_error, timer, err, t) end
     end
   end
 end
@@ -46,14 +46,16 @@ end
 -- timer:stop(): the core's stop, then each waiting retry gives up and each
 -- sleeping coroutine wakes with nil, "timer is stopped", before it returns.
 -- Where the C stack could not take those calls (stop() nested in C calls to
--- the limit), it raises "C stack overflow" before stopping anything.
+-- the limit), or memory is short, it raises before stopping anything; once
+-- stopped, it always returns what it stopped.
 function Timer:stop()
   if next(on_stop) == nil then return core_stop(self) end
   local fits, err = coroutine.resume(coroutine.create(rehearse_telling))
   if not fits then error(err, 2) end
+  local teller = coroutine.create(tell_stopped)
   local ended = core_stop(self)
-  local told, failure = coroutine.resume(coroutine.create(tell_stopped), self, ended)
-  if not told then report_error(self, failure) end
+  local told, failure = coroutine.resume(teller, self, ended)
+  if not told then pcall(report_error, self, failure) end
   return ended
 end
 

@@ -80,7 +80,7 @@ typedef struct timer_handle {
   lhwt_timer *tm;               /* in its queue userdata (user value 3) */
 } timer_handle;
 
-/* The timers of one lua_State that are not yet released. */
+/* One lua_State's running queues (those not yet stopped). */
 struct state_timers {
   lhwt_timer *first;
   bool closing;                 /* its finalizer ran: the state is closing */
@@ -267,7 +267,7 @@ static void keep_library_loaded(void) {
 #endif
 
 /* The state's state_timers, made on first use, with its running table and
- * its weak table of Timers; left at the top. */
+ * its weak table of Timers (user values); left at the top. */
 static void push_state_timers(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
   if (lua_touserdata(L, -1)) return;
@@ -289,6 +289,9 @@ static void push_state_timers(lua_State *L) {
   lua_setmetatable(L, home_idx);
   lua_pushvalue(L, home_idx);
   lua_setfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
+}
+
+static void make_queue_metatable(lua_State *L) {
   luaL_newmetatable(L, QUEUE_MT);
   lua_pushcfunction(L, queue_gc);
   lua_setfield(L, -2, "__gc");
@@ -933,6 +936,7 @@ int luaopen_hwt_core(lua_State *L) {
   luaL_newmetatable(L, TIMER_MT);
   int mts_idx = lua_gettop(L);
   luaL_newmetatable(L, TIMEOUT_MT);
+  make_queue_metatable(L);
   push_state_timers(L);
   lua_newtable(L);
   int module_idx = lua_gettop(L);
