@@ -17,11 +17,7 @@ local MAXINT, MININT = compat.maxinteger, compat.mininteger
 
 local function noop() end
 
-local function manual(opts)
-  local o = { clock = "manual" }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return hwt.new(o)
-end
+local manual = require("support").manual
 
 local function show(v)
   if type(v) == "string" then return ("%q"):format(v) end

@@ -9,11 +9,7 @@ local support = require("support")
 
 local function noop() end
 
-local function manual(opts)
-  local o = { clock = "manual" }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return hwt.new(o)
-end
+local manual = support.manual
 
 -- A child's result must be a clean exit: status 0, no sanitizer report.
 local function assert_clean_exit(out, err, ok, how, status)

@@ -4,6 +4,13 @@ local compat = require("compat")
 
 local support = {}
 
+-- A manual-clock timer with `opts` added.
+function support.manual(opts)
+  local o = { clock = "manual" }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return hwt.new(o)
+end
+
 -- A timer with nothing pending: wait(s) just sleeps s seconds. Passes time
 -- without touching the timer under test, and without fork (os.execute).
 local sleeper = hwt.new()
