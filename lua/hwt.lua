@@ -1,15 +1,177 @@
 -- hwt: a hashed-wheel timer. The C core (hwt.core) does the timing; this file
--- adds the helpers that read better in Lua: timer:sleep() and hwt.retry().
+-- calls the tasks (poll, run, advance), so that a task may yield, and adds
+-- the helpers that read better in Lua: timer:sleep() and hwt.retry().
 local core = require("hwt.core")
 
 local hwt = {}
 for name, value in pairs(core) do hwt[name] = value end
-local report_error = core.report_error          -- the layer's own: not hwt's API
-hwt.report_error = nil
+local internal = core.internal                  -- the layer's own: not hwt's API
+hwt.internal = nil
 
 local Timer = core.Timer
 local unpack = table.unpack or unpack
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
+local huge = math.huge
+local report_error, traceback = internal.report_error, internal.traceback
+local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
+local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
+local core_wait = Timer.wait
+
+-- ---- dispatch: poll, run, advance ------------------------------------------
+-- Each task is called here, in Lua, under xpcall: so it may yield wherever
+-- the coroutine that called poll() could (Lua 5.2+ and LuaJIT yield across
+-- xpcall; PUC 5.1 cannot, and the yield is the task's error). The core's
+-- `take` starts the next due timeout inside the protected call, and records
+-- it in the drain, so that a timeout taken is always called, and always
+-- finished: by `finish` below, or by the drain's finalizer if the coroutine
+-- is dropped while the task is suspended.
+
+local NOTHING = {}              -- what run_next returns when nothing was due
+
+local function call_taken(t, is_method, task, ...)
+  if t == nil then return NOTHING end
+  if is_method then return task:run(t, ...) end
+  return task(t, ...)
+end
+
+local function run_next(drain)
+  return call_taken(take(drain))
+end
+
+local function pass_error(err) return err end
+
+local protected_run_next
+if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
+  protected_run_next = function(drain, handler) return xpcall(run_next, handler, drain) end
+else                            -- PUC 5.1: xpcall passes f no arguments
+  protected_run_next = function(drain, handler)
+    return xpcall(function() return run_next(drain) end, handler)
+  end
+end
+
+-- As deep as a task call below, doing nothing: raises here, before anything
+-- is taken, when a task could not be called (poll() nested in tasks past the
+-- C stack or the Lua stack).
+local function probe_next() return probe() end
+local function check_task_call_fits()
+  local fits, ran, err = pcall(xpcall, probe_next, pass_error)
+  if not fits then error(ran, 0) end
+  if not ran then error(err, 0) end
+end
+
+-- Runs up to `max` tasks of the drain; returns how many ran.
+local function run_drain(drain, handler, max)
+  check_task_call_fits()
+  local ran = 0
+  while ran < max do
+    local ok, result = protected_run_next(drain, handler)
+    if ok and result == NOTHING then break end
+    if not ok then
+      local t = current(drain)
+      if t == nil then error(result, 0) end     -- failed before it took one
+      report_error(drain, result, t)
+    end
+    finish(drain)
+    ran = ran + 1
+  end
+  return ran
+end
+
+-- Hands up to `max` due timeouts to spawn(fn); returns how many it handed.
+local function spawn_all(drain, handler, max, spawn)
+  local handed = 0
+  while handed < max do
+    local handoff = hand(drain)
+    if handoff == nil then break end
+    local ok, err = pcall(spawn, function() run_drain(handoff, handler, 1) end)
+    if not ok then
+      unhand(handoff)                          -- back to due, unless it started
+      error(err, 0)
+    end
+    handed = handed + 1
+  end
+  return handed
+end
+
+local function drain_timer(timer, max, spawn)
+  local drain, has_on_error = drain_of(timer)
+  if drain == nil then return 0 end            -- stopped
+  local handler = has_on_error and pass_error or traceback
+  if spawn then return spawn_all(drain, handler, max, spawn) end
+  return run_drain(drain, handler, max)
+end
+
+local function arg_error(n, name, message)
+  error(("bad argument #%d to '%s' (%s)"):format(n, name, message), 3)
+end
+
+local function type_name(value)
+  local mt = getmetatable(value)
+  return type(mt) == "string" and mt or type(value)
+end
+
+local function is_timer(value)
+  return type(value) == "userdata" and getmetatable(value) == "hwt.Timer"
+end
+
+local function check_self(value, name)
+  if not is_timer(value) then
+    error(("calling '%s' on bad self (hwt.Timer expected, got %s)"):format(name, type_name(value)), 3)
+  end
+end
+
+local function number_arg(value, n, name)
+  local number = tonumber(value)
+  if number == nil or (type(value) ~= "number" and type(value) ~= "string") then
+    arg_error(n, name, "number expected, got " .. type_name(value))
+  end
+  return number
+end
+
+local function is_callable(value)
+  if type(value) == "function" then return true end
+  local mt = debug.getmetatable(value)
+  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
+end
+
+-- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due.
+function Timer:poll(max, spawn)
+  check_self(self, "poll")
+  if max ~= nil then
+    max = number_arg(max, 1, "poll")
+    if max ~= max or max % 1 ~= 0 or max >= 2 ^ 63 or max < -2 ^ 63 then
+      arg_error(1, "poll", "number has no integer representation")
+    end
+    if max < 0 then arg_error(1, "poll", "max must be >= 0") end
+  end
+  if spawn ~= nil and not is_callable(spawn) then
+    arg_error(2, "poll", "spawn must be a function, got " .. type(spawn))
+  end
+  if max == 0 then return 0 end
+  return drain_timer(self, max or huge, spawn)
+end
+
+-- timer:advance(seconds): manual clock only; moves it, then one pass.
+function Timer:advance(seconds)
+  check_self(self, "advance")
+  seconds = number_arg(seconds, 1, "advance")
+  if not (seconds >= 0 and seconds < huge) then
+    arg_error(1, "advance", "seconds must be a finite number >= 0")
+  end
+  advance_clock(self, seconds)
+  return drain_timer(self, huge)
+end
+
+-- timer:run(): wait() + poll() until nothing pending can fall due.
+function Timer:run()
+  check_self(self, "run")
+  if self:stats().clock == "manual" then
+    error("run() would never end on a manual clock: use advance()", 2)
+  end
+  local ran = 0
+  while core_wait(self) do ran = ran + drain_timer(self, huge) end
+  return ran
+end
 
 -- What stop() must tell, by the timeout that stands for it: a retry waiting
 -- for its next try, a coroutine in sleep(). Entries leave when the timeout
@@ -75,10 +237,6 @@ end
 local function wake_sleeper(t, co)
   on_stop[t] = nil
   resume_sleeper(co, true)
-end
-
-local function is_timer(value)
-  return type(value) == "userdata" and getmetatable(value) == "hwt.Timer"
 end
 
 -- Whether the running coroutine could yield here. Lua 5.3+ says so

@@ -43,6 +43,15 @@ static inline void luaL_setfuncs(lua_State *L, const luaL_Reg *reg, int nup) {
 }
 #define luaL_setmetatable(L, name) (luaL_getmetatable(L, name), lua_setmetatable(L, -2))
 
+static inline void *luaL_testudata(lua_State *L, int idx, const char *name) {
+  void *p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx)) return NULL;
+  luaL_getmetatable(L, name);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same ? p : NULL;
+}
+
 /* 5.1 has no luaL_traceback: ask debug.traceback, or keep the message. */
 static inline void luaL_traceback(lua_State *L, lua_State *L1, const char *msg, int level) {
   (void)L1;

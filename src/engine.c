@@ -316,9 +316,10 @@ static void arm_locked(engine *eng, timeout *t) {
   }
 }
 
-/* Still the engine's: pending, due, or a periodic one whose task runs. */
+/* Still the engine's: pending, due, handed, or a periodic one whose task
+ * runs. */
 static bool still_held_locked(const timeout *t) {
-  return t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE ||
+  return t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE || t->state == TIMEOUT_HANDED ||
          (t->state == TIMEOUT_RUNNING && t->interval_ns);
 }
 
@@ -607,25 +608,65 @@ uint64_t tq_poll_begin(timer_queue *q) {
   return seq_limit;
 }
 
+/* Takes the head of q's due list if it was scheduled before seq_limit. */
+static timeout *take_due_locked(timer_queue *q, uint64_t seq_limit) {
+  timeout *t = q->due.head ? timeout_of(q->due.head) : NULL;
+  if (!t || t->seq >= seq_limit) return NULL;
+  unlink_due_locked(t);
+  q->armed--;
+  return t;
+}
+
+static void start_locked(engine *eng, timeout *t) {
+  timer_queue *q = t->owner;
+  t->state = TIMEOUT_RUNNING;
+  t->has_run = true;
+  q->stats.fired++;
+  uint64_t now_ns = engine_now(eng);
+  uint64_t late_ns = now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0;
+  if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
+  if (!t->interval_ns) q->stats.pending--;
+}
+
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
   engine *eng = lock_engine(q);
   if (!eng) return NULL;
-  timeout *t = q->due.head ? timeout_of(q->due.head) : NULL;
-  if (t && t->seq < seq_limit) {
-    unlink_due_locked(t);
-    q->armed--;
-    t->state = TIMEOUT_RUNNING;
-    t->has_run = true;
-    q->stats.fired++;
-    uint64_t now_ns = engine_now(eng);
-    uint64_t late_ns = now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0;
-    if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
-    if (!t->interval_ns) q->stats.pending--;
-  } else {
-    t = NULL;
-  }
+  timeout *t = take_due_locked(q, seq_limit);
+  if (t) start_locked(eng, t);
   pthread_mutex_unlock(&eng->lock);
   return t;
+}
+
+timeout *tq_hand_due(timer_queue *q, uint64_t seq_limit) {
+  engine *eng = lock_engine(q);
+  if (!eng) return NULL;
+  timeout *t = take_due_locked(q, seq_limit);
+  if (t) t->state = TIMEOUT_HANDED;
+  pthread_mutex_unlock(&eng->lock);
+  return t;
+}
+
+static bool still_handed_locked(const timeout *t, uint64_t seq) {
+  return t->state == TIMEOUT_HANDED && t->seq == seq && !t->owner->stopped;
+}
+
+bool tq_start(timeout *t, uint64_t seq) {
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return false;
+  bool handed = still_handed_locked(t, seq);
+  if (handed) start_locked(eng, t);
+  pthread_mutex_unlock(&eng->lock);
+  return handed;
+}
+
+void tq_unhand(timeout *t, uint64_t seq) {
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return;
+  if (still_handed_locked(t, seq)) {
+    t->owner->armed++;
+    make_due_locked(t);
+  }
+  pthread_mutex_unlock(&eng->lock);
 }
 
 /* Fixed rate on the grid deadline + k * interval, skipping missed beats:
@@ -730,6 +771,36 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
   bool due = q->due.head != NULL;
   pthread_mutex_unlock(&eng->lock);
   return due;
+}
+
+static uint64_t tick_start_ns(const engine *eng, uint64_t tick) {
+  return tick > ENGINE_NEVER / eng->tick_ns ? ENGINE_NEVER : tick * eng->tick_ns;
+}
+
+uint64_t tq_next_due(timer_queue *q) {
+  engine *eng = lock_engine(q);
+  if (!eng) return ENGINE_NEVER;
+  uint64_t now_ns = engine_now(eng);
+  collect_locked(eng, now_ns);
+  uint64_t due_ns = ENGINE_NEVER, tick;
+  if (q->stopped) due_ns = ENGINE_NEVER;
+  else if (q->due.head) due_ns = 0;
+  else if (q->armed && wheel_first_deadline(&eng->wheel, owned_by, q, &tick))
+    due_ns = tick_start_ns(eng, tick);
+  pthread_mutex_unlock(&eng->lock);
+  if (due_ns == ENGINE_NEVER) return ENGINE_NEVER;
+  return due_ns > now_ns ? due_ns - now_ns : 0;
+}
+
+uint64_t tq_due_at(timeout *t) {
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return ENGINE_NEVER;
+  uint64_t due_at_ns = ENGINE_NEVER;
+  if (t->state == TIMEOUT_DUE) due_at_ns = 0;
+  else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
+    due_at_ns = tick_start_ns(eng, deadline_tick(eng, t->deadline_ns));
+  pthread_mutex_unlock(&eng->lock);
+  return due_at_ns;
 }
 
 int tq_fd(const timer_queue *q) { return q->wake_read_fd; }

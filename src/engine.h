@@ -51,9 +51,10 @@ typedef struct timer_queue timer_queue;
 enum timeout_state {
   TIMEOUT_PENDING = 1,   /* in the wheel (or waiting for ever) */
   TIMEOUT_DUE,           /* in its queue's due list, waiting for a poll */
-  TIMEOUT_RUNNING,       /* handed to the caller by tq_pop_due */
+  TIMEOUT_RUNNING,       /* handed to the caller by tq_pop_due or tq_start */
   TIMEOUT_DONE,          /* ran (a periodic one: its series ended) */
-  TIMEOUT_CANCELLED
+  TIMEOUT_CANCELLED,
+  TIMEOUT_HANDED         /* taken by tq_hand_due, not started: still pending */
 };
 
 typedef struct timeout {
@@ -125,6 +126,28 @@ bool tq_cancel(timeout *t);
 uint64_t tq_poll_begin(timer_queue *q);
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit);
 bool tq_finish(timeout *t);
+
+/* A poll in two steps, for callers that start each task later, elsewhere (a
+ * coroutine of its own): tq_hand_due takes the next due timeout as
+ * tq_pop_due does but leaves it pending (HANDED: cancellable, ended by
+ * tq_stop, not in the due list); tq_start(t, seq) then makes it RUNNING, as
+ * tq_pop_due would have, if it is still HANDED under that seq (t->seq as it
+ * was handed), and returns false otherwise: it was cancelled, stopped or
+ * re-armed meanwhile. tq_unhand(t, seq) puts a HANDED timeout back in its
+ * queue's due list (the hand-off failed). */
+timeout *tq_hand_due(timer_queue *q, uint64_t seq_limit);
+bool tq_start(timeout *t, uint64_t seq);
+void tq_unhand(timeout *t, uint64_t seq);
+
+/* Nanoseconds from now until a poll would run something of q: 0 when a
+ * timeout is due; otherwise until the earliest armed one falls due (its
+ * deadline rounded up to the tick); ENGINE_NEVER when none can. Cost:
+ * O(wheel_size / 64) for a queue alone on its engine; with a shared engine,
+ * plus the other queues' timeouts that fall due first. */
+uint64_t tq_next_due(timer_queue *q);
+/* When t falls due, in nanoseconds of the engine's clock: its deadline
+ * rounded up to the tick while armed, 0 once due, ENGINE_NEVER otherwise. */
+uint64_t tq_due_at(timeout *t);
 
 /* Ends q: every pending timeout is unlinked and appended to `ended`, in
  * (deadline, seq) order: CANCELLED if it never ran, DONE if it is a periodic

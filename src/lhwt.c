@@ -45,10 +45,18 @@
 #define TIMER_MT "hwt.Timer"
 #define TIMEOUT_MT "hwt.Timeout"
 #define QUEUE_MT "hwt.queue"
+#define DRAIN_MT "hwt.drain"
 #define TIMER_UV_ANCHORS 1
-#define TIMER_UV_ON_ERROR 2
-#define TIMER_UV_QUEUE 3
+#define TIMER_UV_QUEUE 2
+#define TIMER_UVS 2
 #define QUEUE_UV_ANCHORS 1
+#define QUEUE_UV_ON_ERROR 2
+#define QUEUE_UV_WATCHER 3      /* on_earlier's function */
+#define QUEUE_UVS 3
+#define DRAIN_UV_QUEUE 1
+#define DRAIN_UV_CURRENT 2      /* the timeout taken and not yet finished */
+#define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
+#define DRAIN_UVS 3
 #define STATE_UV_RUNNING 1      /* queue userdata -> true, while running */
 #define STATE_UV_TIMERS 2       /* queue userdata -> its Timer (weak) */
 #define TIMEOUT_UV_QUEUE 1
@@ -71,6 +79,8 @@ typedef struct lhwt_timer {
   bool shared_engine;
   uint64_t tick_ns;
   uint32_t wheel_size;
+  bool has_watcher;             /* QUEUE_UV_WATCHER is set */
+  uint64_t told_due_ns;         /* the due time the watcher last heard of */
   state_timers *home;           /* the list it is in while running */
   struct lhwt_timer *prev_in_state, *next_in_state;
 } lhwt_timer;
@@ -93,6 +103,16 @@ typedef struct lhwt_timeout {
   uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
 } lhwt_timeout;
+
+/* A drain: one draining call's hold on the timeouts it runs (see the
+ * dispatch section). */
+typedef struct drain {
+  lhwt_timer *tm;               /* its queue userdata: user value 1 */
+  uint64_t seq_limit;           /* a poll: what was scheduled before it began */
+  uint64_t handed_seq;          /* a hand-off: the seq its timeout was handed under */
+  lhwt_timeout *current;        /* taken, not yet finished: user value 2 */
+  lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
+} drain;
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -291,11 +311,12 @@ static void push_state_timers(lua_State *L) {
   lua_setfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
 }
 
-static void make_queue_metatable(lua_State *L) {
-  luaL_newmetatable(L, QUEUE_MT);
-  lua_pushcfunction(L, queue_gc);
+/* A metatable for an internal userdata: a finalizer, and protected. */
+static void make_internal_metatable(lua_State *L, const char *name, lua_CFunction gc) {
+  luaL_newmetatable(L, name);
+  lua_pushcfunction(L, gc);
   lua_setfield(L, -2, "__gc");
-  lua_pushliteral(L, QUEUE_MT);
+  lua_pushstring(L, name);
   lua_setfield(L, -2, "__metatable");
   lua_pop(L, 1);
 }
@@ -307,7 +328,18 @@ static bool state_can_stop_timers(lua_State *L, state_timers *home) {
   return home->finalizer_sure && !home->closing;
 }
 
-/* ---- running tasks ---------------------------------------------------- */
+/* ---- dispatch ---------------------------------------------------------
+ *
+ * Tasks are called from Lua (lua/hwt.lua), never by lua_pcall from here, so
+ * that a task may yield wherever its caller could (LuaJIT cannot yield
+ * across a C call at all). This section gives that loop its steps. A drain
+ * is one draining call's hold on what it takes: a poll's drain takes due
+ * timeouts scheduled before it began; a hand-off's drain holds one timeout
+ * handed to `spawn` and starts it once. take() records the timeout it takes
+ * as the drain's current one, and finish() ends it (re-arms a periodic one,
+ * or releases the anchor). A drain abandoned with a current timeout (its
+ * coroutine dropped while the task was suspended) finishes it in __gc; one
+ * whose hand-off never started gives it back to the due list there. */
 
 static int traceback_handler(lua_State *L) {
   const char *message = lua_tostring(L, 1);
@@ -323,48 +355,194 @@ static const char *error_text(lua_State *L, int idx) {
                                          : "(error object is not a string)";
 }
 
-/* The error is at the top; the Timeout at timeout_idx. */
+/* The error is at the top (popped); timeout_idx: the Timeout, or 0. */
 static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   if (lua_isnil(L, on_error_idx)) {
     fprintf(stderr, "hwt: timer task failed: %s\n", error_text(L, -1));
     fflush(stderr);
+    lua_pop(L, 1);
     return;
   }
   lua_pushvalue(L, on_error_idx);
   lua_insert(L, -2);
-  lua_pushvalue(L, timeout_idx);
+  if (timeout_idx) lua_pushvalue(L, timeout_idx); else lua_pushnil(L);
   if (lua_pcall(L, 2, 0, 0) != 0) {
     fprintf(stderr, "hwt: on_error failed: %s\n", error_text(L, -1));
     fflush(stderr);
+    lua_pop(L, 1);
   }
 }
 
-/* call_run_method(task, ...) calls task:run(...): the lookup of `run` may
- * raise (an __index metamethod), so it happens inside the protected call. */
-static int call_run_method(lua_State *L) {
-  lua_getfield(L, 1, "run");
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, 0);
+/* Tells the queue's watcher (on_earlier) when `to`, just armed, falls due
+ * before the time it last heard of. queue_idx: the queue userdata. */
+static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to) {
+  if (!tm->has_watcher) return;
+  uint64_t due_at_ns = tq_due_at(&to->node);
+  if (due_at_ns >= tm->told_due_ns) return;
+  tm->told_due_ns = due_at_ns;
+  uint64_t now_ns = engine_now(tm->queue.eng);
+  queue_idx = lua_absindex(L, queue_idx);
+  compat_getuservalue(L, queue_idx, QUEUE_UV_WATCHER);
+  lua_pushnumber(L, ns_to_seconds(due_at_ns > now_ns ? due_at_ns - now_ns : 0));
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    compat_getuservalue(L, queue_idx, QUEUE_UV_ON_ERROR);
+    lua_insert(L, -2);
+    report_task_error(L, lua_gettop(L) - 1, 0);
+    lua_pop(L, 1);
+  }
+}
+
+static drain *check_drain(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, DRAIN_MT);
+}
+
+/* A new drain of the queue userdata at queue_idx, left at the top. */
+static drain *new_drain(lua_State *L, int queue_idx) {
+  queue_idx = lua_absindex(L, queue_idx);
+  drain *d = compat_newuserdata(L, sizeof *d, DRAIN_UVS);
+  *d = (drain){.tm = lua_touserdata(L, queue_idx)};
+  luaL_setmetatable(L, DRAIN_MT);
+  lua_pushvalue(L, queue_idx);
+  compat_setuservalue(L, -2, DRAIN_UV_QUEUE);
+  return d;
+}
+
+/* Sets user value uv of the drain at index 1 to the Timeout `to`, found by
+ * its anchor (the engine holds it, so it is anchored). Raises nothing. */
+static void hold_timeout(lua_State *L, int uv, lhwt_timeout *to) {
+  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
+  lua_rawgeti(L, -1, to->anchor_ref);
+  compat_setuservalue(L, 1, uv);
+  lua_pop(L, 2);
+}
+
+static void drop_timeout(lua_State *L, int uv) {
+  lua_pushnil(L);
+  compat_setuservalue(L, 1, uv);
+}
+
+/* internal.drain(timer) -> a poll's drain, or nil once stopped; and whether
+ * the timer has an on_error (else errors want a traceback). */
+static int internal_drain(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  uint64_t seq_limit = tm->initialized ? tq_poll_begin(&tm->queue) : 0;
+  if (seq_limit == 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  drain *d = new_drain(L, -1);
+  d->seq_limit = seq_limit;
+  compat_getuservalue(L, -2, QUEUE_UV_ON_ERROR);
+  lua_pushboolean(L, !lua_isnil(L, -1));
+  lua_remove(L, -2);
+  return 2;
+}
+
+/* Pushes the timeout's call: the Timeout, whether the task is a TimerTask
+ * (task:run(...)), the task and the extra arguments. */
+static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
+  lua_pushvalue(L, timeout_idx);
+  lua_pushboolean(L, to->run_method);
+  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
+  for (int i = 0; i < to->nargs; i++)
+    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+  return 3 + to->nargs;
+}
+
+/* internal.take(drain) -> the next timeout's call (see push_call), now
+ * started and the drain's current one; nothing when there is none. */
+static int internal_take(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  luaL_argcheck(L, d->current == NULL, 1, "the drain's current timeout is not finished");
+  if (!lua_checkstack(L, MAX_TASK_ARGS + 8)) luaL_error(L, "stack overflow (too many task arguments)");
+  lhwt_timeout *to;
+  if (d->handed) {
+    to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
+    d->handed = NULL;
+    drop_timeout(L, DRAIN_UV_HANDED);
+  } else {
+    to = d->seq_limit ? (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit) : NULL;
+  }
+  if (!to) return 0;
+  d->current = to;
+  hold_timeout(L, DRAIN_UV_CURRENT, to);
+  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
+  return push_call(L, lua_gettop(L), to);
+}
+
+/* Ends the drain's current timeout (index 1: the drain): a periodic one is
+ * re-armed (its watcher told), any other let go. */
+static void finish_current(lua_State *L, drain *d) {
+  lhwt_timeout *to = d->current;
+  if (!to) return;
+  d->current = NULL;
+  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  int queue_idx = lua_gettop(L);
+  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
+  drop_timeout(L, DRAIN_UV_CURRENT);
+  if (tq_finish(&to->node)) {
+    tell_if_earlier(L, d->tm, queue_idx, to);
+  } else {
+    compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
+    unanchor(L, lua_gettop(L), to);
+  }
+  lua_settop(L, queue_idx - 1);
+}
+
+static int internal_finish(lua_State *L) {
+  finish_current(L, check_drain(L, 1));
   return 0;
 }
 
-/* Calls task(timeout, ...) or task:run(timeout, ...) under pcall, with the
- * message handler at handler_idx (0: none, on_error gets the bare error). */
-static void run_task(lua_State *L, int timeout_idx, int on_error_idx, int handler_idx) {
-  lhwt_timeout *to = lua_touserdata(L, timeout_idx);
-  int base = lua_gettop(L);
-  int nargs = 1 + to->nargs;
-  if (to->run_method) {
-    lua_pushcfunction(L, call_run_method);
-    nargs++;
-  }
-  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
-  lua_pushvalue(L, timeout_idx);
-  for (int i = 0; i < to->nargs; i++)
-    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
-  if (lua_pcall(L, nargs, 0, handler_idx) != 0)
-    report_task_error(L, on_error_idx, timeout_idx);
-  lua_settop(L, base);
+/* internal.current(drain) -> the Timeout taken and not finished, or nil. */
+static int internal_current(lua_State *L) {
+  check_drain(L, 1);
+  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
+  return 1;
+}
+
+/* internal.hand(drain) -> a hand-off's drain for the next due timeout, now
+ * HANDED; nothing when there is none. */
+static int internal_hand(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  drain *handoff = new_drain(L, -1);          /* before taking: it may raise */
+  lhwt_timeout *to = d->seq_limit ? (lhwt_timeout *)tq_hand_due(&d->tm->queue, d->seq_limit) : NULL;
+  if (!to) return 0;
+  lua_replace(L, 1);
+  handoff->handed = to;
+  handoff->handed_seq = to->node.seq;
+  hold_timeout(L, DRAIN_UV_HANDED, to);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* Gives a hand-off's timeout that has not started back to the due list. */
+static void give_back(lua_State *L, drain *d) {
+  lhwt_timeout *to = d->handed;
+  if (!to) return;
+  d->handed = NULL;
+  tq_unhand(&to->node, d->handed_seq);
+  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  compat_getuservalue(L, 1, DRAIN_UV_HANDED);
+  drop_timeout(L, DRAIN_UV_HANDED);
+  tell_if_earlier(L, d->tm, -2, lua_touserdata(L, -1));
+  lua_pop(L, 2);
+}
+
+/* internal.unhand(handoff): the hand-off failed (spawn raised). */
+static int internal_unhand(lua_State *L) {
+  give_back(L, check_drain(L, 1));
+  return 0;
+}
+
+static int drain_gc(lua_State *L) {
+  drain *d = lua_touserdata(L, 1);
+  finish_current(L, d);
+  give_back(L, d);
+  return 0;
 }
 
 static int do_nothing(lua_State *L) {
@@ -372,51 +550,16 @@ static int do_nothing(lua_State *L) {
   return 0;
 }
 
-/* As deep in C calls as the deepest way run_task starts a task. */
-static int call_nested(lua_State *L) {
+/* internal.probe(): as deep in C calls and as wide on the Lua stack as a
+ * task call of the dispatch loop, doing nothing. The loop calls it, as it
+ * would call a task, before it takes anything, so that a poll nested in
+ * tasks past the C stack or the Lua stack raises without taking a timeout. */
+static int internal_probe(lua_State *L) {
+  if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
+    luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
   lua_pushcfunction(L, do_nothing);
   lua_call(L, 0, 0);
   return 0;
-}
-
-/* Raises, before any timeout is taken, when a task could not even be called
- * here: poll() nested in tasks past the C stack or the Lua stack. Every task
- * of this poll is called at this same depth, so one probe covers them all. */
-static void check_task_call_fits(lua_State *L) {
-  if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
-    luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
-  lua_pushcfunction(L, call_nested);
-  if (lua_pcall(L, 0, 0, 0) != LUA_OK) lua_error(L);   /* "C stack overflow" */
-}
-
-/* Runs up to `max` due tasks of the timer at index 1. */
-static lua_Integer run_due(lua_State *L, lhwt_timer *tm, lua_Integer max) {
-  if (max <= 0) return 0;
-  check_task_call_fits(L);                          /* nothing below may raise */
-  uint64_t seq_limit = tq_poll_begin(&tm->queue);
-  push_anchors(L, 1);
-  int anchors_idx = lua_gettop(L);
-  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
-  int on_error_idx = lua_gettop(L);
-  int handler_idx = 0;
-  if (lua_isnil(L, on_error_idx)) {
-    lua_pushcfunction(L, traceback_handler);
-    handler_idx = lua_gettop(L);
-  }
-  int fixed_top = lua_gettop(L);
-  lua_Integer ran = 0;
-  timeout *t;
-  while (ran < max && (t = tq_pop_due(&tm->queue, seq_limit))) {
-    lhwt_timeout *to = (lhwt_timeout *)t;
-    lua_rawgeti(L, anchors_idx, to->anchor_ref);
-    int timeout_idx = lua_gettop(L);
-    ran++;
-    run_task(L, timeout_idx, on_error_idx, handler_idx);
-    if (!tq_finish(t)) unanchor(L, anchors_idx, to);
-    lua_settop(L, fixed_top);
-  }
-  lua_settop(L, anchors_idx - 1);
-  return ran;
 }
 
 /* ---- Timer ------------------------------------------------------------ */
@@ -458,6 +601,8 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   to->anchor_ref = luaL_ref(L, -2);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
+    compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+    tell_if_earlier(L, tm, -1, to);
     lua_settop(L, timeout_idx);
     return 1;
   }
@@ -485,15 +630,6 @@ static int timer_every(lua_State *L) {
   return schedule(L, tm, interval_ns, interval_ns);
 }
 
-static int timer_poll(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
-  lua_Integer max = compat_optinteger(L, 2, LUA_MAXINTEGER);
-  luaL_argcheck(L, max >= 0, 2, "max must be >= 0");
-  lua_settop(L, 1);
-  lua_pushinteger(L, run_due(L, tm, max));
-  return 1;
-}
-
 static uint64_t opt_wait_ns(lua_State *L, int idx) {
   return lua_isnoneornil(L, idx) ? ENGINE_NEVER : check_delay_ns(L, idx, "seconds");
 }
@@ -504,28 +640,15 @@ static int timer_wait(lua_State *L) {
   return 1;
 }
 
-/* Until nothing pending can fall due (math.huge delays do not keep it). */
-static int timer_run(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
-  if (tm->manual_clock)
-    return luaL_error(L, "run() would never end on a manual clock: use advance()");
-  lua_settop(L, 1);
-  lua_Integer ran = 0;
-  while (tq_wait(&tm->queue, ENGINE_NEVER)) ran += run_due(L, tm, LUA_MAXINTEGER);
-  lua_pushinteger(L, ran);
-  return 1;
-}
-
-static int timer_advance(lua_State *L) {
+/* internal.advance_clock(timer, seconds): the manual clock's move, without
+ * the poll (lua/hwt.lua checks the arguments and drains). */
+static int internal_advance_clock(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   double seconds = luaL_checknumber(L, 2);
-  luaL_argcheck(L, seconds >= 0 && !isinf(seconds), 2, "seconds must be a finite number >= 0");
   if (!tm->manual_clock)
     return luaL_error(L, "advance() needs a timer created with clock = \"manual\"");
-  lua_settop(L, 1);
   if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
-  lua_pushinteger(L, run_due(L, tm, LUA_MAXINTEGER));
-  return 1;
+  return 0;
 }
 
 static int timer_pending(lua_State *L) {
@@ -551,6 +674,36 @@ static int timer_now(lua_State *L) {
 static int timer_fd(lua_State *L) {
   lua_pushinteger(L, tq_fd(&check_alive_timer(L, 1)->queue));
   return 1;
+}
+
+/* Seconds until a poll would run something; nil when nothing can fall due.
+ * What it returns is also what on_earlier's watcher compares with. */
+static int timer_next_due(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  uint64_t due_in_ns = tm->initialized ? tq_next_due(&tm->queue) : ENGINE_NEVER;
+  if (due_in_ns == ENGINE_NEVER) {
+    tm->told_due_ns = ENGINE_NEVER;
+    lua_pushnil(L);
+    return 1;
+  }
+  tm->told_due_ns = engine_now(tm->queue.eng) + due_in_ns;
+  lua_pushnumber(L, ns_to_seconds(due_in_ns));
+  return 1;
+}
+
+/* on_earlier(fn | nil): fn(seconds) hears when an arming makes next_due()
+ * earlier than what it last returned or told. */
+static int timer_on_earlier(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  if (!lua_isnil(L, 2) && !is_callable(L, 2))
+    luaL_argerror(L, 2, "function or nil expected");
+  lua_settop(L, 2);
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  lua_pushvalue(L, 2);
+  compat_setuservalue(L, -2, QUEUE_UV_WATCHER);
+  tm->has_watcher = !lua_isnil(L, 2);
+  tm->told_due_ns = ENGINE_NEVER;
+  return 0;
 }
 
 static void set_integer_field(lua_State *L, const char *name, uint64_t value) {
@@ -664,14 +817,19 @@ static int timer_gc(lua_State *L) {
   return 0;
 }
 
-/* report_error(timer, err [, timeout]): err goes where a task's error goes
- * (on_error, or stderr). For the Lua layer, not exported by hwt. */
-static int hwt_report_error(lua_State *L) {
-  check_timer(L, 1);
+/* internal.report_error(timer or drain, err [, timeout]): err goes where a
+ * task's error goes (on_error, or stderr). */
+static int internal_report_error(lua_State *L) {
   lua_settop(L, 3);
-  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
+  if (luaL_testudata(L, 1, DRAIN_MT)) {
+    compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  } else {
+    check_timer(L, 1);
+    compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  }
+  compat_getuservalue(L, -1, QUEUE_UV_ON_ERROR);
   lua_pushvalue(L, 2);
-  report_task_error(L, 4, 3);
+  report_task_error(L, 5, lua_isnil(L, 3) ? 0 : 3);
   return 0;
 }
 
@@ -712,7 +870,7 @@ static lua_Integer option_integer(lua_State *L, const char *key, lua_Integer lo,
 }
 
 /* Reads the option at the top of the stack, named by the key below it. */
-static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
+static void read_option(lua_State *L, timer_options *opts, int queue_idx) {
   if (lua_type(L, -2) != LUA_TSTRING)
     luaL_error(L, "bad argument #1 to 'new' (option names must be strings)");
   const char *key = lua_tostring(L, -2);
@@ -730,7 +888,7 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
     if (!is_callable(L, -1))
       luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));
     lua_pushvalue(L, -1);
-    compat_setuservalue(L, timer_idx, TIMER_UV_ON_ERROR);
+    compat_setuservalue(L, queue_idx, QUEUE_UV_ON_ERROR);
   } else if (strcmp(key, "shared") == 0) {
     if (lua_type(L, -1) != LUA_TBOOLEAN)
       luaL_error(L, "bad option 'shared' to 'new' (boolean expected, got %s)", luaL_typename(L, -1));
@@ -750,8 +908,9 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
 /* A new queue userdata whose anchor table is that of the Timer at timer_idx;
  * it becomes the Timer's user value TIMER_UV_QUEUE and stays at the top. */
 static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
-  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, 1);
+  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, QUEUE_UVS);
   memset(tm, 0, sizeof *tm);
+  tm->told_due_ns = ENGINE_NEVER;
   compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
   compat_setuservalue(L, -2, QUEUE_UV_ANCHORS);
   luaL_setmetatable(L, QUEUE_MT);
@@ -763,7 +922,7 @@ static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
 static int hwt_new(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  timer_handle *handle = compat_newuserdata(L, sizeof *handle, 3);
+  timer_handle *handle = compat_newuserdata(L, sizeof *handle, TIMER_UVS);
   int timer_idx = lua_gettop(L);
   lua_newtable(L);
   compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
@@ -773,7 +932,7 @@ static int hwt_new(lua_State *L) {
   if (lua_istable(L, 1)) {
     lua_pushnil(L);
     while (lua_next(L, 1)) {
-      read_option(L, &opts, timer_idx);
+      read_option(L, &opts, queue_idx);
       lua_pop(L, 1);
     }
   }
@@ -859,6 +1018,7 @@ static const char *state_name(const lhwt_timeout *to, int state) {
     case TIMEOUT_PENDING: return to->node.has_run ? "pending (periodic)" : "pending";
     case TIMEOUT_DUE: return "due";
     case TIMEOUT_RUNNING: return "running";
+    case TIMEOUT_HANDED: return "due, handed to spawn";
     case TIMEOUT_CANCELLED: return "cancelled";
     default: return "expired";
   }
@@ -878,10 +1038,11 @@ static int timeout_tostring(lua_State *L) {
 
 /* ---- registration ----------------------------------------------------- */
 
+/* poll, run and advance are lua/hwt.lua's: they call tasks (see dispatch). */
 static const luaL_Reg timer_methods[] = {
-  {"timeout", timer_timeout}, {"every", timer_every}, {"poll", timer_poll},
-  {"wait", timer_wait}, {"run", timer_run}, {"advance", timer_advance},
+  {"timeout", timer_timeout}, {"every", timer_every}, {"wait", timer_wait},
   {"pending", timer_pending}, {"now", timer_now}, {"fd", timer_fd},
+  {"next_due", timer_next_due}, {"on_earlier", timer_on_earlier},
   {"stats", timer_stats}, {"stop", timer_stop}, {NULL, NULL}
 };
 
@@ -901,7 +1062,16 @@ static const luaL_Reg timeout_metamethods[] = {
 };
 
 static const luaL_Reg module_functions[] = {
-  {"new", hwt_new}, {"now", hwt_now}, {"report_error", hwt_report_error}, {NULL, NULL}
+  {"new", hwt_new}, {"now", hwt_now}, {NULL, NULL}
+};
+
+/* For lua/hwt.lua alone (core.internal; not exported by hwt). */
+static const luaL_Reg internal_functions[] = {
+  {"drain", internal_drain}, {"take", internal_take}, {"finish", internal_finish},
+  {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
+  {"probe", internal_probe}, {"traceback", traceback_handler},
+  {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
+  {NULL, NULL}
 };
 
 /* Sets the functions of `functions` into the table at the top, each with the
@@ -936,11 +1106,15 @@ int luaopen_hwt_core(lua_State *L) {
   luaL_newmetatable(L, TIMER_MT);
   int mts_idx = lua_gettop(L);
   luaL_newmetatable(L, TIMEOUT_MT);
-  make_queue_metatable(L);
+  make_internal_metatable(L, QUEUE_MT, queue_gc);
+  make_internal_metatable(L, DRAIN_MT, drain_gc);
   push_state_timers(L);
   lua_newtable(L);
   int module_idx = lua_gettop(L);
   set_module_functions(L, mts_idx, module_functions);
+  lua_newtable(L);
+  set_module_functions(L, mts_idx, internal_functions);
+  lua_setfield(L, module_idx, "internal");
   fill_class(L, mts_idx, mts_idx, TIMER_MT, timer_metamethods, timer_methods);
   lua_setfield(L, module_idx, "Timer");
   fill_class(L, mts_idx + 1, mts_idx, TIMEOUT_MT, timeout_metamethods, timeout_methods);

@@ -142,6 +142,24 @@ bool wheel_next_event(const wheel *w, uint64_t *tick) {
   return false;                              /* unreachable while count > 0 */
 }
 
+/* Levels hold later deadlines the higher they are, and within a level the
+ * slots after now_tick's run in time order (see the placement rule). */
+bool wheel_first_deadline(const wheel *w, wheel_predicate match, void *ctx, uint64_t *tick) {
+  for (unsigned level = 0; level < w->levels; level++) {
+    for (int64_t slot = next_occupied(w, level, slot_index(w, level, w->now_tick) + 1);
+         slot >= 0; slot = next_occupied(w, level, (uint64_t)slot + 1)) {
+      bool found = false;
+      for (const wheel_node *n = w->slots[level][slot]; n; n = n->next) {
+        if (match && !match(n, ctx)) continue;
+        if (!found || n->deadline_tick < *tick) *tick = n->deadline_tick;
+        found = true;
+      }
+      if (found) return true;
+    }
+  }
+  return false;
+}
+
 /* Walks the occupied slots only; the next pointer is read before a node
  * can be unlinked. */
 void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {

@@ -68,6 +68,12 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out);
  * slot must be moved down a level). false when the wheel is empty. */
 bool wheel_next_event(const wheel *w, uint64_t *tick);
 
+/* The earliest deadline tick among the nodes for which match(node, ctx) is
+ * true (every node when match is NULL); false when there is none. Walks the
+ * occupied slots in time order and stops at the first slot with a match:
+ * O(wheel_size / 64 + the nodes before the first match). */
+bool wheel_first_deadline(const wheel *w, wheel_predicate match, void *ctx, uint64_t *tick);
+
 /* Moves time to to_tick (>= now_tick) and appends every node whose deadline
  * is <= to_tick to `due`, in deadline-tick order (any order within a tick). */
 void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due);

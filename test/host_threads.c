@@ -18,7 +18,7 @@
 
 /* Runs in each state with its id; returns ran, cancelled, wrong_state, early. */
 static const char *const scenario =
-  "local hwt = require('hwt.core')\n"
+  "local hwt = require('hwt')\n"
   "local id, count = ...\n"
   "local timer = hwt.new({ tick = 0.001 })\n"
   "local ran, wrong_state, early = 0, 0, 0\n"
@@ -54,6 +54,10 @@ static void *run_state(void *arg) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   hwt_preload(L);
+  lua_getglobal(L, "package");
+  lua_pushliteral(L, "lua/?.lua");            /* run from the repository root */
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
   if (luaL_loadstring(L, scenario) != LUA_OK) {
     result->error = "scenario does not compile";
   } else {
