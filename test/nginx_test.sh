@@ -15,7 +15,7 @@
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 EXAMPLE=$ROOT/examples/nginx
-BUDGET=20
+BUDGET=90
 passed=0
 failed=0
 prefix=""
@@ -59,6 +59,31 @@ expect_eq() {  # expect_eq LABEL EXPECTED ACTUAL
   if [ "$2" = "$3" ]; then pass "$1"; else fail "$1 (expected '$2', got '$3')"; fi
 }
 
+expect_le() {  # expect_le LABEL MAX ACTUAL
+  case $3 in
+    ''|*[!0-9]*) fail "$1 (expected a number <= $2, got '$3')"; return ;;
+  esac
+  if [ "$3" -le "$2" ]; then pass "$1 ($3)"; else fail "$1 (expected <= $2, got $3)"; fi
+}
+
+# wait_for PATH EXPECTED SECONDS: polls PATH until its body is EXPECTED.
+wait_for() {
+  deadline=$(($(date +%s) + $3))
+  while :; do
+    body=$(get "$1") || return 1
+    [ "$body" = "$2" ] && return 0
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    nap 0.2
+  done
+}
+
+# The worker's main thread: voluntary + involuntary context switches.
+worker_switches() {
+  awk '/ctxt_switches/ { n += $2 } END { print n }' "/proc/$1/task/$1/status"
+}
+
+rss_kb() { get /memory | sed -n 's/^rss_kb \([0-9]*\).*/\1/p'; }
+
 expect_ge() {  # expect_ge LABEL MIN ACTUAL
   case $3 in
     ''|*[!0-9]*) fail "$1 (expected a number >= $2, got '$3')"; return ;;
@@ -66,13 +91,13 @@ expect_ge() {  # expect_ge LABEL MIN ACTUAL
   if [ "$3" -ge "$2" ]; then pass "$1 ($3)"; else fail "$1 (expected >= $2, got $3)"; fi
 }
 
-stop_nginx() {
+stop_nginx() {  # stop_nginx [SIGNAL]: QUIT (graceful, the default) or TERM (fast)
   [ -n "$ngx_pid" ] || return 0
   master=$ngx_pid
   if [ -s "$prefix/logs/nginx.pid" ]; then master=$(cat "$prefix/logs/nginx.pid"); fi
   [ "$master" = "$ngx_pid" ] || master=$ngx_pid   # only ever signal our own child
   workers=$(ps -o pid= --ppid "$master" 2>/dev/null)
-  kill -QUIT "$master" 2>/dev/null
+  kill -"${1:-QUIT}" "$master" 2>/dev/null
   i=0
   while alive "$master" && [ "$i" -lt 50 ]; do nap 0.1; i=$((i + 1)); done
   stopped=yes
@@ -252,6 +277,64 @@ if echo "$fired" | grep -qx 'fired a'; then pass "a fired"; else fail "a fired (
 if echo "$fired" | grep -qx 'fired b'; then fail "b did not fire (/fired: '$fired')"; else pass "b did not fire"; fi
 expect_eq "/pending after a fired" "0" "$(get /pending)"
 
+# ---- tasks that do I/O (hwt.ngx: each task in a light thread) ---------------
+expect_eq "/io schedules a task" "scheduled x" "$(get '/io?id=x&delay=0.1')"
+if wait_for '/io_result?id=x' "slept true, status 200, body upstream says hi, spawned ran" 5; then
+  pass "a task ngx.sleeps, fetches /upstream over a cosocket and ngx.thread.spawns"
+else
+  fail "a task ngx.sleeps, fetches /upstream over a cosocket and ngx.thread.spawns (got '$body')"
+fi
+
+expect_eq "/sleepers: 200 tasks due together" "scheduled 200" "$(get '/sleepers?n=200&delay=0.3&sleep=0.2')"
+nap 1.2
+report=$(get /sleepers_report)
+late=$(echo "$report" | sed -n 's/.*late_max_ms \([0-9]*\)/\1/p')
+expect_eq "all 200 sleeping tasks finished" "finished 200" "$(echo "$report" | cut -d' ' -f1-2)"
+expect_le "each finished within 500 ms of its deadline (sleeping 200 ms), worst ms" 500 "$late"
+
+expect_eq "/numbered: 5000 pending" "scheduled 5000" "$(get '/numbered?n=5000&delay=1')"
+expect_eq "half of them cancelled over HTTP" "cancelled 2500" "$(get /numbered_cancel_odd)"
+if wait_for /numbered_report "fired 2500 early 0 fired_cancelled 0" 5; then
+  pass "exactly the 2500 others fired, none early"
+else
+  fail "exactly the 2500 others fired, none early (got '$body')"
+fi
+
+expect_eq "/limited: 20 tasks due at once, concurrency 4" "scheduled 20" "$(get '/limited?n=20&sleep=0.1')"
+if wait_for /limited_report "done 20 max_running 4 concurrency 4" 5; then
+  pass "tasks beyond the concurrency waited and ran, never more than 4 at once"
+else
+  fail "tasks beyond the concurrency waited and ran, never more than 4 at once (got '$body')"
+fi
+
+# ---- idle: nothing due for an hour -------------------------------------------
+worker=$(ps -o pid= --ppid "$master_pid" 2>/dev/null | tr -d ' ' | head -n 1)
+expect_eq "/bulk?n=1000 an hour ahead" "scheduled 1000" "$(get '/bulk?n=1000&delay=3600')"
+nap 0.5
+if [ -n "$worker" ] && [ -r "/proc/$worker/task/$worker/status" ]; then
+  before=$(worker_switches "$worker")
+  nap 3
+  after=$(worker_switches "$worker")
+  expect_le "worker main thread woken in 3 s idle with 1000 pending" 3 $((after - before))
+else
+  fail "worker main thread woken in 3 s idle (no worker pid: '$worker')"
+fi
+
+# ---- memory across 10^5 tasks after a warm-up of 10^5 -------------------------
+churn() {  # churn LABEL
+  expect_eq "$1: /churn schedules 100000" "scheduled 100000" "$(get '/churn?n=100000&spread=1')"
+  if wait_for /churn_report "done 100000 of 100000" 30; then pass "$1: all 100000 ran"; else fail "$1: all 100000 ran (got '$body')"; fi
+}
+churn "warm-up"
+rss_warm=$(rss_kb)
+churn "measured"
+rss_after=$(rss_kb)
+if [ -n "$rss_warm" ] && [ -n "$rss_after" ] && [ "$((rss_after * 100))" -le "$((rss_warm * 105))" ]; then
+  pass "worker RSS flat across 10^5 tasks (${rss_warm} kB -> ${rss_after} kB)"
+else
+  fail "worker RSS flat across 10^5 tasks (${rss_warm} kB -> ${rss_after} kB, > 5 %)"
+fi
+
 # ---- far more pending timeouts than ngx.timer.at allows ---------------------
 expect_eq "/bulk?n=10000 schedules 10000 at 60 s" "scheduled 10000" "$(get '/bulk?n=10000&delay=60')"
 expect_ge "/pending after /bulk" 10000 "$(get /pending)"
@@ -267,17 +350,41 @@ else
   fail "ngx.timer.at refuses past lua_max_pending_timers 1024 (got: $(echo "$at" | tr '\n' ' '))"
 fi
 
-expect_eq "/cancel_all cancels the 10000" "cancelled 10000" "$(get /cancel_all)"
+expect_eq "/cancel_all cancels the 11000" "cancelled 11000" "$(get /cancel_all)"
 expect_eq "/pending after /cancel_all" "0" "$(get /pending)"
 
-# ---- stop, then read the error log ------------------------------------------
-stop_nginx
+expect_eq "/bulk?n=7 left for on_exit" "scheduled 7" "$(get '/bulk?n=7&delay=3600')"
+
+# ---- graceful quit, then a fast stop ---------------------------------------------
+stop_nginx QUIT
 if [ "$stopped" = yes ]; then pass "nginx stops on SIGQUIT within 5 s"; else fail "nginx stops on SIGQUIT within 5 s (killed)"; fi
-bad=$(grep -E '\[(error|crit|alert|emerg)\]' "$prefix/logs/error.log" 2>/dev/null)
-if [ -z "$bad" ]; then
-  pass "error.log has no error/crit/alert/emerg lines"
+if grep -q "hwt_demo: on_exit, 7 never ran" "$prefix/logs/error.log"; then
+  pass "graceful quit passed the 7 never-run timeouts to on_exit"
 else
-  fail "error.log has no error/crit/alert/emerg lines:"
+  fail "graceful quit passed the 7 never-run timeouts to on_exit (error.log: $(grep on_exit "$prefix/logs/error.log" | tail -n 1))"
+fi
+
+if start_nginx; then
+  master_pid=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
+  get '/bulk?n=100&delay=3600' >/dev/null
+  get '/sleepers?n=5&delay=0&sleep=30' >/dev/null       # tasks in ngx.sleep at the stop
+  nap 0.3
+  stop_nginx TERM
+  if [ "$stopped" = yes ]; then pass "nginx stops on SIGTERM within 5 s, tasks sleeping"; else fail "nginx stops on SIGTERM within 5 s (killed)"; fi
+  if grep -q "exited on signal" "$prefix/logs/error.log"; then
+    fail "no worker killed by a signal: $(grep "exited on signal" "$prefix/logs/error.log" | head -n 1)"
+  else
+    pass "no worker killed by a signal"
+  fi
+else
+  fail "nginx starts again for the fast stop"
+fi
+
+bad=$(grep -E '\[(error|crit|alert|emerg)\]|panic' "$prefix/logs/error.log" 2>/dev/null)
+if [ -z "$bad" ]; then
+  pass "error.log has no error/crit/alert/emerg/panic lines"
+else
+  fail "error.log has no error/crit/alert/emerg/panic lines:"
   echo "$bad" | head -n 10 | sed 's/^/    /'
 fi
 

@@ -1,36 +1,40 @@
 -- hwt_demo: hwt timeouts inside an nginx worker (lua-nginx-module).
 --
 -- One hwt timer per worker, created in init_worker_by_lua (never in
--- init_by_lua: see README.md next to this file), drained every 10 ms by one
--- ngx.timer.every. Every hwt timeout lives in this worker's Lua VM, so the
--- request handlers below (which run in the same worker: worker_processes 1)
--- see the same module table.
+-- init_by_lua: see README.md next to this file) and driven by hwt.ngx: each
+-- due task runs in a light thread of its own, where cosockets, ngx.sleep and
+-- ngx.thread.spawn work. Every hwt timeout lives in this worker's Lua VM, so
+-- the request handlers below (which run in the same worker:
+-- worker_processes 1) see the same module table.
 local hwt = require("hwt")
+local hwt_ngx = require("hwt.ngx")
 
 local M = {
   timer = nil,     -- the worker's hwt timer
+  limited = nil,   -- a second timer, driven with concurrency = LIMITED_CONCURRENCY
   fired = {},      -- ids of the timeouts that ran, in order
   timeouts = {},   -- id -> Timeout, for /cancel
   bulk_timeouts = {},  -- Timeouts made by /bulk, for /cancel_all
+  io_results = {},     -- id -> what the /io task found
 }
 
-local POLL_INTERVAL = 0.01
+local LIMITED_CONCURRENCY = 4
+
+local function log_task_error(err)
+  ngx.log(ngx.ERR, "hwt task failed: ", tostring(err))
+end
+
+local function on_exit(never_ran)
+  ngx.log(ngx.NOTICE, "hwt_demo: on_exit, ", #never_ran, " never ran")
+end
 
 -- init_worker_by_lua_block { require("hwt_demo").init_worker() }
 function M.init_worker()
   if M.timer then return end
-  M.timer = hwt.new({
-    tick = 0.01,
-    -- A task that raises must not go to the worker's stderr unnoticed.
-    on_error = function(err) ngx.log(ngx.ERR, "hwt task failed: ", tostring(err)) end,
-  })
-  local ok, err = ngx.timer.every(POLL_INTERVAL, function(premature)
-    if premature then return end    -- worker exiting
-    M.timer:poll()                  -- runs what is due, here, in this worker
-  end)
-  if not ok then
-    ngx.log(ngx.ERR, "hwt_demo: cannot start the poll timer: ", err)
-  end
+  M.timer = hwt.new({ on_error = log_task_error })
+  M.limited = hwt.new({ on_error = log_task_error })
+  assert(hwt_ngx.start(M.timer, { on_exit = on_exit }))
+  assert(hwt_ngx.start(M.limited, { concurrency = LIMITED_CONCURRENCY }))
 end
 
 local function on_fire(_, id)
@@ -141,6 +145,177 @@ function M.ngx_timer_at()
   ngx.say("ok ", ok_count)
   ngx.say("refused ", refused)
   ngx.say("err ", tostring(first_err))
+end
+
+-- ---- tasks that do I/O ---------------------------------------------------
+
+-- GET /upstream: what the /io task fetches over a cosocket.
+function M.upstream()
+  ngx.say("upstream says hi")
+end
+
+-- Fetches /upstream of this nginx over a cosocket: the status line and body.
+local function fetch_upstream(port)
+  local sock = ngx.socket.tcp()
+  sock:settimeout(2000)
+  local ok, err = sock:connect("127.0.0.1", port)
+  if not ok then return nil, "connect: " .. err end
+  sock:send("GET /upstream HTTP/1.0\r\nHost: localhost\r\n\r\n")
+  local response, read_err = sock:receive("*a")
+  sock:close()
+  if not response then return nil, "receive: " .. read_err end
+  return response:match("^HTTP/1%.%d (%d+)"), response:match("\r\n\r\n(.*)\n$")
+end
+
+local function io_task(_, id, port)
+  local slept_from = ngx.now()
+  ngx.sleep(0.05)
+  ngx.update_time()
+  local slept = ngx.now() - slept_from >= 0.04
+  local status, body = fetch_upstream(port)
+  local thread = ngx.thread.spawn(function() return "spawned ran" end)
+  local _, spawned = ngx.thread.wait(thread)
+  M.io_results[id] = ("slept %s, status %s, body %s, %s"):format(
+    tostring(slept), tostring(status), tostring(body), tostring(spawned))
+end
+
+-- GET /io?id=X&delay=S: a task that sleeps, fetches /upstream and spawns.
+function M.io()
+  local args = ngx.req.get_uri_args()
+  local id, delay = args.id, tonumber(args.delay or 0.1)
+  if type(id) ~= "string" or id == "" then return bad_request("id expected") end
+  M.timer:timeout(delay, io_task, id, tonumber(ngx.var.server_port))
+  ngx.say("scheduled ", id)
+end
+
+-- GET /io_result?id=X
+function M.io_result()
+  ngx.say(M.io_results[ngx.req.get_uri_args().id] or "not yet")
+end
+
+-- ---- many tasks that wait at once -----------------------------------------
+
+local sleepers = { finished = 0, late_max = 0 }
+
+local function sleeper(_, deadline, seconds)
+  ngx.sleep(seconds)
+  local late = hwt.now() - deadline
+  sleepers.finished = sleepers.finished + 1
+  if late > sleepers.late_max then sleepers.late_max = late end
+end
+
+-- GET /sleepers?n=N&delay=D&sleep=S: N tasks due together, each sleeping S.
+function M.sleepers()
+  local args = ngx.req.get_uri_args()
+  local n, delay, seconds = tonumber(args.n or 200), tonumber(args.delay or 0.3), tonumber(args.sleep or 0.2)
+  sleepers.finished, sleepers.late_max = 0, 0
+  local deadline = hwt.now() + delay
+  for _ = 1, n do M.timer:timeout(delay, sleeper, deadline, seconds) end
+  ngx.say("scheduled ", n)
+end
+
+-- GET /sleepers_report -> "finished N late_max_ms X" (finish - deadline)
+function M.sleepers_report()
+  ngx.say(("finished %d late_max_ms %d"):format(sleepers.finished, math.floor(sleepers.late_max * 1000)))
+end
+
+-- ---- cancel half of many -------------------------------------------------
+
+local numbered = { timeouts = {}, cancelled = {}, fired = 0, early = 0, fired_cancelled = 0 }
+
+local function numbered_task(_, i, deadline)
+  numbered.fired = numbered.fired + 1
+  if hwt.now() < deadline then numbered.early = numbered.early + 1 end
+  if numbered.cancelled[i] then numbered.fired_cancelled = numbered.fired_cancelled + 1 end
+end
+
+-- GET /numbered?n=N&delay=S: timeouts 1..N, S seconds away.
+function M.numbered()
+  local args = ngx.req.get_uri_args()
+  local n, delay = tonumber(args.n or 5000), tonumber(args.delay or 1)
+  numbered = { timeouts = {}, cancelled = {}, fired = 0, early = 0, fired_cancelled = 0 }
+  local deadline = hwt.now() + delay
+  for i = 1, n do numbered.timeouts[i] = M.timer:timeout(delay, numbered_task, i, deadline) end
+  ngx.say("scheduled ", n)
+end
+
+-- GET /numbered_cancel_odd -> "cancelled K"
+function M.numbered_cancel_odd()
+  local cancelled = 0
+  for i = 1, #numbered.timeouts, 2 do
+    if numbered.timeouts[i]:cancel() then
+      numbered.cancelled[i] = true
+      cancelled = cancelled + 1
+    end
+  end
+  ngx.say("cancelled ", cancelled)
+end
+
+-- GET /numbered_report -> "fired F early E fired_cancelled C"
+function M.numbered_report()
+  ngx.say(("fired %d early %d fired_cancelled %d"):format(numbered.fired, numbered.early,
+                                                          numbered.fired_cancelled))
+end
+
+-- ---- memory across many tasks -----------------------------------------------
+
+local churn = { scheduled = 0, done = 0 }
+
+local function churn_task()
+  ngx.sleep(0.001)                 -- a task that yields, as I/O would
+  churn.done = churn.done + 1
+end
+
+-- GET /churn?n=N&spread=S: N tasks due over the next S seconds.
+function M.churn()
+  local args = ngx.req.get_uri_args()
+  local n, spread = tonumber(args.n or 100000), tonumber(args.spread or 1)
+  churn = { scheduled = n, done = 0 }
+  for i = 1, n do M.timer:timeout(spread * i / n, churn_task) end
+  ngx.say("scheduled ", n)
+end
+
+-- GET /churn_report -> "done D of N"
+function M.churn_report()
+  ngx.say(("done %d of %d"):format(churn.done, churn.scheduled))
+end
+
+-- GET /memory -> "rss_kb R lua_kb L" of this worker, after a full collection
+function M.memory()
+  collectgarbage()
+  collectgarbage()
+  local status = io.open("/proc/self/status")
+  local rss = status and status:read("*a"):match("VmRSS:%s*(%d+)")
+  if status then status:close() end
+  ngx.say(("rss_kb %s lua_kb %d"):format(tostring(rss), math.floor(collectgarbage("count"))))
+end
+
+-- ---- a driver with few slots -----------------------------------------------
+
+local limited = { done = 0, running = 0, max_running = 0 }
+
+local function limited_task(_, seconds)
+  limited.running = limited.running + 1
+  if limited.running > limited.max_running then limited.max_running = limited.running end
+  ngx.sleep(seconds)
+  limited.running = limited.running - 1
+  limited.done = limited.done + 1
+end
+
+-- GET /limited?n=N&sleep=S: N tasks due now on the timer driven with
+-- concurrency = LIMITED_CONCURRENCY, each sleeping S.
+function M.limited_run()
+  local args = ngx.req.get_uri_args()
+  local n, seconds = tonumber(args.n or 20), tonumber(args.sleep or 0.1)
+  limited = { done = 0, running = 0, max_running = 0 }
+  for _ = 1, n do M.limited:timeout(0, limited_task, seconds) end
+  ngx.say("scheduled ", n)
+end
+
+-- GET /limited_report -> "done D max_running M concurrency C"
+function M.limited_report()
+  ngx.say(("done %d max_running %d concurrency %d"):format(limited.done, limited.max_running,
+                                                           LIMITED_CONCURRENCY))
 end
 
 return M
