@@ -105,6 +105,44 @@ static void test_manual_cancel_due_and_stop(void) {
   tq_destroy(&q);
 }
 
+/* A hand-off stays pending until tq_start; cancel, stop and a give-back
+ * win over a late start; next_due follows the earliest armed timeout. */
+static void test_hand_off_and_next_due(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout a = {0}, b = {0}, c = {0}, far = {0};
+  CHECK(tq_next_due(&q) == ENGINE_NEVER);
+  CHECK(tq_schedule(&q, &far, 5000 * MS, 0) == TQ_OK);
+  CHECK(tq_next_due(&q) == 5000 * MS);                     /* a higher level */
+  CHECK(tq_schedule(&q, &a, 15 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &b, 20 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &c, 20 * MS, 0) == TQ_OK);
+  CHECK(tq_next_due(&q) == 20 * MS);                       /* 15 ms rounds up */
+  CHECK(tq_due_at(&a) == 20 * MS && tq_due_at(&far) == 5000 * MS);
+  engine_advance_manual(eng, 20 * MS);
+  CHECK(tq_next_due(&q) == 0 && tq_due_at(&a) == 0);
+  uint64_t seq_limit = tq_poll_begin(&q);
+  timeout *handed = tq_hand_due(&q, seq_limit);
+  CHECK(handed == &a && a.state == TIMEOUT_HANDED && tq_pending(&q) == 4);
+  CHECK(tq_hand_due(&q, seq_limit) == &b && tq_hand_due(&q, seq_limit) == &c);
+  CHECK(tq_next_due(&q) == 4980 * MS);                     /* handed: not due */
+  CHECK(tq_start(&a, a.seq) && a.state == TIMEOUT_RUNNING && tq_pending(&q) == 3);
+  CHECK(!tq_start(&a, a.seq));                             /* once */
+  CHECK(!tq_finish(&a) && a.state == TIMEOUT_DONE);
+  CHECK(tq_cancel(&b) && !tq_start(&b, b.seq));            /* cancel wins */
+  tq_unhand(&c, c.seq + 1);                                /* another hand-off's */
+  CHECK(c.state == TIMEOUT_HANDED);
+  tq_unhand(&c, c.seq);                                    /* given back: due */
+  CHECK(c.state == TIMEOUT_DUE && tq_next_due(&q) == 0);
+  CHECK(tq_hand_due(&q, tq_poll_begin(&q)) == &c);
+  timeout *const held[] = {&c, &far};
+  wheel_list ended = {0};
+  tq_stop(&q, held, 2, &ended);
+  CHECK(ended.head == &c.link && c.state == TIMEOUT_CANCELLED);   /* stop wins */
+  CHECK(!tq_start(&c, c.seq) && tq_next_due(&q) == ENGINE_NEVER);
+  tq_destroy(&q);
+}
+
 static void test_max_pending(void) {
   timer_queue q;
   open_queue(&q, TICK_1MS, 64, true, 2);
@@ -362,6 +400,7 @@ typedef struct test_case {
 static const test_case tests[] = {
   {"manual_order_and_boundaries", test_manual_order_and_boundaries},
   {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
+  {"hand_off_and_next_due", test_hand_off_and_next_due},
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
   {"worker_fires_in_order", test_worker_fires_in_order},

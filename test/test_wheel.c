@@ -944,6 +944,11 @@ static uint64_t random_advance_to(const wheel *w, uint64_t *rng) {
     }                                                                         \
   } while (0)
 
+static bool is_odd_pool_node(const wheel_node *n, void *ctx) {
+  (void)ctx;
+  return ((const tnode *)(const void *)n - g_pool) % 2 == 1;
+}
+
 /* Returns the number of operations done. */
 static long random_run(uint32_t size, uint64_t seed, long ops) {
   wheel w;
@@ -1004,6 +1009,19 @@ static long random_run(uint32_t size, uint64_t seed, long ops) {
         if (d < min_d) min_d = d;
         if (d <= to) g_exp[exp_n++] = id;
       }
+      uint64_t min_odd = UINT64_MAX, first = 0;
+      bool any_odd = false;
+      for (uint32_t i = 0; i < g_live_n; i++) {
+        if (g_live[i] % 2 == 0) continue;
+        any_odd = true;
+        if (g_pool[g_live[i]].deadline < min_odd) min_odd = g_pool[g_live[i]].deadline;
+      }
+      bool has_first = wheel_first_deadline(&w, NULL, NULL, &first);
+      RCHECK(has_first == (g_live_n > 0) && (!has_first || first == min_d),
+             "first_deadline %d/%" PRIu64 ", expected %" PRIu64, has_first, first, min_d);
+      has_first = wheel_first_deadline(&w, is_odd_pool_node, NULL, &first);
+      RCHECK(has_first == any_odd && (!has_first || first == min_odd),
+             "first_deadline(odd) %d/%" PRIu64 ", expected %" PRIu64, has_first, first, min_odd);
       if (has_ev) {
         RCHECK(ev > prev, "next_event %" PRIu64 " <= now %" PRIu64, ev, prev);
         RCHECK(ev <= min_d, "next_event %" PRIu64 " after earliest deadline %"
