@@ -23,8 +23,8 @@ local core_wait = Timer.wait
 -- xpcall; PUC 5.1 cannot, and the yield is the task's error). The core's
 -- `take` starts the next due timeout inside the protected call, and records
 -- it in the drain, so that a timeout taken is always called, and always
--- finished: by `finish` below, or by the drain's finalizer if the coroutine
--- is dropped while the task is suspended.
+-- finished: by the next `take`, by `finish`, or by the drain's finalizer if
+-- the coroutine is dropped while the task is suspended.
 
 local NOTHING = {}              -- what run_next returns when nothing was due
 
@@ -40,13 +40,13 @@ end
 
 local function pass_error(err) return err end
 
-local protected_run_next
+-- What run_drain passes to xpcall: run_next, or on PUC 5.1, whose xpcall
+-- passes f no arguments, a closure over the drain.
+local run_next_of
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
-  protected_run_next = function(drain, handler) return xpcall(run_next, handler, drain) end
-else                            -- PUC 5.1: xpcall passes f no arguments
-  protected_run_next = function(drain, handler)
-    return xpcall(function() return run_next(drain) end, handler)
-  end
+  run_next_of = function() return run_next end
+else
+  run_next_of = function(drain) return function() return run_next(drain) end end
 end
 
 -- As deep as a task call below, doing nothing: raises here, before anything
@@ -59,21 +59,27 @@ local function check_task_call_fits()
   if not ran then error(err, 0) end
 end
 
--- Runs up to `max` tasks of the drain; returns how many ran.
+-- Runs up to `max` tasks of the drain; returns how many ran. Each take()
+-- first finishes the task before it.
 local function run_drain(drain, handler, max)
   check_task_call_fits()
+  local run = run_next_of(drain)
   local ran = 0
   while ran < max do
-    local ok, result = protected_run_next(drain, handler)
-    if ok and result == NOTHING then break end
-    if not ok then
-      local t = current(drain)
-      if t == nil then error(result, 0) end     -- failed before it took one
+    local ok, result = xpcall(run, handler, drain)
+    if ok then
+      if result == NOTHING then return ran end
+    else
+      local t, taken = current(drain)
+      if taken == ran then                       -- failed before it took one
+        pcall(finish, drain)
+        error(result, 0)
+      end
       report_error(drain, result, t)
     end
-    finish(drain)
     ran = ran + 1
   end
+  finish(drain)
   return ran
 end
 
@@ -178,12 +184,33 @@ end
 -- fires or is cancelled; weak keys, so a collected timer takes its own along.
 local on_stop = setmetatable({}, { __mode = "k" })
 
+-- Retries whose fn is being called (perhaps suspended in a yield), by
+-- handle, with their timer; weak both ways, so a retry whose coroutine was
+-- dropped goes with it.
+local calling = setmetatable({}, { __mode = "kv" })
+
 local core_stop = Timer.stop
 
--- Tells each waiting retry and sleeper among `ended` that the timer stopped.
--- Run in a coroutine of its own, so that a deep caller's Lua stack does not
--- limit it; an error goes where task errors go, and the others are still told.
-local function tell_stopped(timer, ended)
+-- Gives up the retries of `timer` whose fn is being called in another
+-- coroutine than `stopper` (one suspended in a yield): their call's result
+-- no longer counts. An fn that stops its own timer is left to finish.
+local function give_up_calls(timer, stopper)
+  local stopped = {}
+  for handle, its_timer in pairs(calling) do
+    if its_timer == timer and handle._calling_co ~= stopper then stopped[#stopped + 1] = handle end
+  end
+  for _, handle in ipairs(stopped) do
+    calling[handle] = nil
+    local ok, err = pcall(handle._give_up, "timer is stopped")
+    if not ok then pcall(report_error, timer, err) end
+  end
+end
+
+-- Tells each waiting retry and sleeper among `ended` that the timer stopped,
+-- and each retry in a call. Run in a coroutine of its own, so that a deep
+-- caller's Lua stack does not limit it; an error goes where task errors go,
+-- and the others are still told.
+local function tell_stopped(timer, ended, stopper)
   for i = 1, #ended do
     local t = ended[i]
     local tell = on_stop[t]
@@ -193,6 +220,7 @@ local function tell_stopped(timer, ended)
       if not ok then pcall(report_error, timer, err, t) end
     end
   end
+  give_up_calls(timer, stopper)
 end
 
 -- The same C depth as tell_stopped waking a sleeper, doing nothing.
@@ -211,12 +239,13 @@ end
 -- the limit), or memory is short, it raises before stopping anything; once
 -- stopped, it always returns what it stopped.
 function Timer:stop()
-  if next(on_stop) == nil then return core_stop(self) end
+  if next(on_stop) == nil and next(calling) == nil then return core_stop(self) end
   local fits, err = coroutine.resume(coroutine.create(rehearse_telling))
   if not fits then error(err, 2) end
   local teller = coroutine.create(tell_stopped)
+  local stopper = coroutine.running()
   local ended = core_stop(self)
-  local told, failure = coroutine.resume(teller, self, ended)
+  local told, failure = coroutine.resume(teller, self, ended, stopper)
   if not told then pcall(report_error, self, failure) end
   return ended
 end
@@ -364,6 +393,7 @@ function hwt.retry(timer, fn, opts)
     handle.done = true
     if o.on_give_up then o.on_give_up(err) end
   end
+  handle._give_up = give_up
 
   local attempt
   local function try_again(t)
@@ -379,8 +409,11 @@ function hwt.retry(timer, fn, opts)
   function attempt()
     if handle.done then return end
     handle.attempts = handle.attempts + 1
+    handle._calling_co = coroutine.running()
+    calling[handle] = timer
     local results = pack(pcall(fn, handle.attempts))
-    if handle.done then return end            -- fn cancelled the handle
+    calling[handle] = nil
+    if handle.done then return end            -- fn cancelled the handle, or a stop gave up
     if results[1] and results[2] then
       handle.done = true
       if o.on_success then o.on_success(unpack(results, 2, results.n)) end

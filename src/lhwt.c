@@ -67,6 +67,7 @@
 #define DEFAULT_WHEEL_SIZE 512
 #define MAX_TASK_ARGS 250
 #define MAX_LUA_FRAME 255       /* registers of a Lua function (MAXREGS) */
+#define TAKE_SLOTS 8            /* take()'s stack use besides the task's arguments */
 #define STATE_TIMERS_KEY "hwt.state_timers"
 
 typedef struct state_timers state_timers;
@@ -111,6 +112,7 @@ typedef struct drain {
   uint64_t seq_limit;           /* a poll: what was scheduled before it began */
   uint64_t handed_seq;          /* a hand-off: the seq its timeout was handed under */
   lhwt_timeout *current;        /* taken, not yet finished: user value 2 */
+  lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
 } drain;
 
@@ -122,7 +124,8 @@ typedef struct drain {
 #define TIMER_MT_UPVALUE lua_upvalueindex(1)
 #define TIMEOUT_MT_UPVALUE lua_upvalueindex(2)
 #define STATE_TIMERS_UPVALUE lua_upvalueindex(3)
-#define MODULE_UPVALUES 3
+#define DRAIN_MT_UPVALUE lua_upvalueindex(4)
+#define MODULE_UPVALUES 4
 
 static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
   void *object = lua_touserdata(L, idx);
@@ -336,8 +339,8 @@ static bool state_can_stop_timers(lua_State *L, state_timers *home) {
  * is one draining call's hold on what it takes: a poll's drain takes due
  * timeouts scheduled before it began; a hand-off's drain holds one timeout
  * handed to `spawn` and starts it once. take() records the timeout it takes
- * as the drain's current one, and finish() ends it (re-arms a periodic one,
- * or releases the anchor). A drain abandoned with a current timeout (its
+ * as the drain's current one, and ends it (re-arms a periodic one, or
+ * releases the anchor) when it is called again, or finish() does. A drain abandoned with a current timeout (its
  * coroutine dropped while the task was suspended) finishes it in __gc; one
  * whose hand-off never started gives it back to the due list there. */
 
@@ -393,7 +396,7 @@ static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_ti
 }
 
 static drain *check_drain(lua_State *L, int idx) {
-  return luaL_checkudata(L, idx, DRAIN_MT);
+  return check_class(L, idx, DRAIN_MT_UPVALUE, DRAIN_MT);
 }
 
 /* A new drain of the queue userdata at queue_idx, left at the top. */
@@ -401,20 +404,24 @@ static drain *new_drain(lua_State *L, int queue_idx) {
   queue_idx = lua_absindex(L, queue_idx);
   drain *d = compat_newuserdata(L, sizeof *d, DRAIN_UVS);
   *d = (drain){.tm = lua_touserdata(L, queue_idx)};
-  luaL_setmetatable(L, DRAIN_MT);
+  lua_pushvalue(L, DRAIN_MT_UPVALUE);
+  lua_setmetatable(L, -2);
   lua_pushvalue(L, queue_idx);
   compat_setuservalue(L, -2, DRAIN_UV_QUEUE);
   return d;
 }
 
 /* Sets user value uv of the drain at index 1 to the Timeout `to`, found by
- * its anchor (the engine holds it, so it is anchored). Raises nothing. */
+ * its anchor (the engine holds it, so it is anchored), and leaves it at the
+ * top. Raises nothing. */
 static void hold_timeout(lua_State *L, int uv, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
   compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
   lua_rawgeti(L, -1, to->anchor_ref);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  lua_pushvalue(L, -1);
   compat_setuservalue(L, 1, uv);
-  lua_pop(L, 2);
 }
 
 static void drop_timeout(lua_State *L, int uv) {
@@ -451,27 +458,6 @@ static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
   return 3 + to->nargs;
 }
 
-/* internal.take(drain) -> the next timeout's call (see push_call), now
- * started and the drain's current one; nothing when there is none. */
-static int internal_take(lua_State *L) {
-  drain *d = check_drain(L, 1);
-  luaL_argcheck(L, d->current == NULL, 1, "the drain's current timeout is not finished");
-  if (!lua_checkstack(L, MAX_TASK_ARGS + 8)) luaL_error(L, "stack overflow (too many task arguments)");
-  lhwt_timeout *to;
-  if (d->handed) {
-    to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
-    d->handed = NULL;
-    drop_timeout(L, DRAIN_UV_HANDED);
-  } else {
-    to = d->seq_limit ? (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit) : NULL;
-  }
-  if (!to) return 0;
-  d->current = to;
-  hold_timeout(L, DRAIN_UV_CURRENT, to);
-  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
-  return push_call(L, lua_gettop(L), to);
-}
-
 /* Ends the drain's current timeout (index 1: the drain): a periodic one is
  * re-armed (its watcher told), any other let go. */
 static void finish_current(lua_State *L, drain *d) {
@@ -491,16 +477,44 @@ static void finish_current(lua_State *L, drain *d) {
   lua_settop(L, queue_idx - 1);
 }
 
+/* internal.take(drain) -> finishes the drain's current timeout, then
+ * returns the next one's call (see push_call), now started and current;
+ * nothing when there is none. */
+static int internal_take(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  finish_current(L, d);
+  lhwt_timeout *to;
+  if (d->handed) {
+    to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
+    d->handed = NULL;
+    drop_timeout(L, DRAIN_UV_HANDED);
+  } else {
+    to = d->seq_limit ? (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit) : NULL;
+  }
+  if (!to) return 0;
+  d->current = to;
+  d->taken++;
+  hold_timeout(L, DRAIN_UV_CURRENT, to);
+  /* The probe made room for the most arguments, but a collection may have
+   * shrunk the stack since: growing it again can only fail for memory, and
+   * that is this task's error (it counts as run). */
+  if (TAKE_SLOTS + to->nargs > LUA_MINSTACK && !lua_checkstack(L, TAKE_SLOTS + to->nargs))
+    luaL_error(L, "not enough memory");
+  return push_call(L, lua_gettop(L), to);
+}
+
 static int internal_finish(lua_State *L) {
   finish_current(L, check_drain(L, 1));
   return 0;
 }
 
-/* internal.current(drain) -> the Timeout taken and not finished, or nil. */
+/* internal.current(drain) -> the Timeout taken and not finished (or nil),
+ * and how many timeouts the drain has taken. */
 static int internal_current(lua_State *L) {
-  check_drain(L, 1);
+  drain *d = check_drain(L, 1);
   compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
-  return 1;
+  lua_pushinteger(L, d->taken);
+  return 2;
 }
 
 /* internal.hand(drain) -> a hand-off's drain for the next due timeout, now
@@ -515,7 +529,7 @@ static int internal_hand(lua_State *L) {
   handoff->handed = to;
   handoff->handed_seq = to->node.seq;
   hold_timeout(L, DRAIN_UV_HANDED, to);
-  lua_settop(L, 1);
+  lua_settop(L, 1);                           /* the hand-off */
   return 1;
 }
 
@@ -1109,6 +1123,7 @@ int luaopen_hwt_core(lua_State *L) {
   make_internal_metatable(L, QUEUE_MT, queue_gc);
   make_internal_metatable(L, DRAIN_MT, drain_gc);
   push_state_timers(L);
+  luaL_getmetatable(L, DRAIN_MT);
   lua_newtable(L);
   int module_idx = lua_gettop(L);
   set_module_functions(L, mts_idx, module_functions);
