@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-nginx soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas
 
 # The default (lua5.4) build is also copied to hwt/core.so, where bench/,
@@ -175,6 +175,11 @@ bench-shared: deps all
 
 bench-idle: deps all
 	@$(RUN_ENV) $(LUA) bench/idle.lua
+
+# nginx: the worker's wake-ups while idle and the lateness of 10^4 timeouts,
+# hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/RESULTS.md).
+bench-nginx: deps
+	@sh bench/nginx_bench.sh
 
 clean:
 	rm -rf $(BUILD) hwt

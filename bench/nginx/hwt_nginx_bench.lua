@@ -1,0 +1,200 @@
+-- hwt_nginx_bench: the Lua side of bench/nginx_bench.sh (one nginx worker per
+-- mode; the mode comes from init_worker_by_lua in bench/nginx/nginx.conf).
+--
+-- Idle modes (1,000 hwt timeouts an hour ahead, scheduled by GET /setup):
+--   idle_none    no hwt timer, no ngx timer: the floor of an idle worker
+--   idle_recipe  an hwt timer drained by ngx.timer.every(0.01, poll)
+--                (what examples/nginx used before hwt.ngx)
+--   idle_driver  an hwt timer driven by require("hwt.ngx").start(timer)
+-- Lateness modes (GET /schedule?n=N&spread=S&offset=O schedules N timeouts,
+-- delays uniform in [O, O+S), from one request; GET /results reports):
+--   late_driver       hwt timeouts through hwt.ngx (each task in a light
+--                     thread), hwt.new()'s default tick (10 ms)
+--   late_driver_tick1 the same with tick = 0.001
+--   late_timer_at     one ngx.timer.at per timeout
+-- Both clocks are hwt.now() (CLOCK_MONOTONIC): deadline = hwt.now() + delay
+-- read just before the timeout is made; start = hwt.now() as the task's first
+-- statement. Lateness = start - deadline.
+-- A second figure counts each delay from nginx's cached clock as it was when
+-- the request began (what ngx.timer.at counts from): that instant, on the
+-- hwt.now() scale, is ngx.now() read at the handler's entry (not updated)
+-- minus the offset between ngx.now() and hwt.now() taken after the loop
+-- (ngx.update_time(), so to ~1 ms).
+local hwt = require("hwt")
+
+local M = {
+  mode = nil,
+  timer = nil,
+  driver = nil,
+  idle = {},        -- Timeouts made by /setup (kept so /stats can count them)
+  n = 0,            -- lateness: how many were scheduled
+  deadline = {},    -- i -> deadline (hwt.now() scale)
+  start = {},       -- i -> hwt.now() at the task's start
+  ran = 0,          -- tasks that started
+  twice = 0,        -- tasks that started a second time (must stay 0)
+  sched_s = 0,      -- seconds the scheduling loop took inside the request
+  refused = 0,      -- timeout()/ngx.timer.at refusals
+  refusal = nil,    -- the first refusal's message
+  task_errors = 0,
+}
+
+local function on_task_error(err)
+  M.task_errors = M.task_errors + 1
+  ngx.log(ngx.ERR, "hwt_nginx_bench task: ", tostring(err))
+end
+
+function M.init_worker(mode)
+  M.mode = mode
+  if mode == "idle_none" or mode == "late_timer_at" then return end
+  M.timer = hwt.new({ on_error = on_task_error, tick = mode == "late_driver_tick1" and 0.001 or nil })
+  if mode == "idle_recipe" then
+    local timer = M.timer
+    assert(ngx.timer.every(0.01, function(p) if not p then timer:poll() end end))
+  elseif mode == "idle_driver" or mode == "late_driver" or mode == "late_driver_tick1" then
+    M.driver = assert(require("hwt.ngx").start(M.timer))
+  else
+    error("unknown mode " .. tostring(mode))
+  end
+end
+
+local function never() end
+
+-- GET /setup?n=1000&delay=3600
+function M.setup()
+  local args = ngx.req.get_uri_args()
+  local n, delay = tonumber(args.n or 1000), tonumber(args.delay or 3600)
+  if M.timer then
+    for i = 1, n do
+      M.idle[#M.idle + 1] = assert(M.timer:timeout(delay, never))
+    end
+  end
+  ngx.say("mode ", M.mode, " pending ", M.timer and M.timer:pending() or 0)
+end
+
+-- GET /pid
+function M.pid()
+  ngx.say(ngx.worker.pid())
+end
+
+-- GET /stats: what an idle window must leave unchanged.
+function M.stats()
+  if not M.timer then ngx.say("mode ", M.mode, " no timer") return end
+  local s = M.timer:stats()
+  ngx.say("mode ", M.mode, " pending ", s.pending, " fired ", s.fired, " due ", s.due)
+end
+
+local function on_hwt_task(_, i)
+  local now = hwt.now()
+  if M.start[i] then M.twice = M.twice + 1 return end
+  M.start[i] = now
+  M.ran = M.ran + 1
+end
+
+local function on_ngx_timer(premature, i)
+  local now = hwt.now()
+  if premature then return end
+  if M.start[i] then M.twice = M.twice + 1 return end
+  M.start[i] = now
+  M.ran = M.ran + 1
+end
+
+-- Park-Miller's minimal standard generator (exact in doubles) with a fixed
+-- seed: the same delays in every mode and run.
+local function uniform_delays(n, offset, spread)
+  local delays, x = {}, 12345
+  for i = 1, n do
+    x = (x * 16807) % 2147483647
+    delays[i] = offset + spread * (x / 2147483647)
+  end
+  return delays
+end
+
+-- GET /schedule?n=10000&spread=2&offset=0.1
+function M.schedule()
+  local cached_at_entry = ngx.now()      -- nginx's cached clock, not updated
+  local args = ngx.req.get_uri_args()
+  local n = tonumber(args.n or 10000)
+  local spread, offset = tonumber(args.spread or 2), tonumber(args.offset or 0.1)
+  if M.n > 0 then ngx.say("already scheduled") return end
+  local delays = uniform_delays(n, offset, spread)
+  local deadline, now = M.deadline, hwt.now
+  M.n = n
+  local t0 = now()
+  M.delays = delays
+  if M.mode == "late_driver" or M.mode == "late_driver_tick1" then
+    local timer = M.timer
+    for i = 1, n do
+      local d = delays[i]
+      deadline[i] = now() + d
+      local t, err = timer:timeout(d, on_hwt_task, i)
+      if not t then M.refused = M.refused + 1; M.refusal = M.refusal or err end
+    end
+  elseif M.mode == "late_timer_at" then
+    local at = ngx.timer.at
+    for i = 1, n do
+      local d = delays[i]
+      deadline[i] = now() + d
+      local ok, err = at(d, on_ngx_timer, i)
+      if not ok then M.refused = M.refused + 1; M.refusal = M.refusal or err end
+    end
+  else
+    ngx.say("mode ", M.mode, " does not schedule")
+    return
+  end
+  M.sched_s = now() - t0
+  ngx.update_time()
+  M.request_base = cached_at_entry - (ngx.now() - now())
+  M.stale_s = t0 - M.request_base
+  ngx.say("scheduled ", n - M.refused, " in ", string.format("%.1f", M.sched_s * 1000), " ms")
+end
+
+-- Nearest rank on a sorted array.
+local function rank(sorted, p)
+  local k = math.ceil(p * #sorted)
+  if k < 1 then k = 1 end
+  return sorted[k]
+end
+
+-- GET /results: "waiting RAN/N" until every scheduled task has started (or
+-- was refused), then one line of key=value pairs (ms).
+function M.results()
+  if M.n == 0 then ngx.say("nothing scheduled") return end
+  if M.ran + M.refused < M.n then
+    ngx.say("waiting ", M.ran, "/", M.n)
+    return
+  end
+  local late, early, early_max = {}, 0, 0
+  local late_c, early_c = {}, 0
+  for i = 1, M.n do
+    local s = M.start[i]
+    if s then
+      local l = s - M.deadline[i]
+      late[#late + 1] = l
+      if l < 0 then
+        early = early + 1
+        if -l > early_max then early_max = -l end
+      end
+      local c = s - (M.request_base + M.delays[i])
+      late_c[#late_c + 1] = c
+      if c < 0 then early_c = early_c + 1 end
+    end
+  end
+  table.sort(late)
+  table.sort(late_c)
+  local ms = function(x) return string.format("%.3f", (x or 0) * 1000) end
+  local extra = ""
+  if M.timer then
+    local st = M.timer:stats()
+    extra = string.format(" pending=%d fired=%d", st.pending, st.fired)
+  end
+  ngx.say("done ran=", M.ran, " n=", M.n, " refused=", M.refused,
+    " early=", early, " early_max_ms=", ms(early_max),
+    " p50_ms=", ms(rank(late, 0.5)), " p99_ms=", ms(rank(late, 0.99)),
+    " max_ms=", ms(late[#late]), " min_ms=", ms(late[1]),
+    " sched_ms=", ms(M.sched_s),
+    " p50c_ms=", ms(rank(late_c, 0.5)), " p99c_ms=", ms(rank(late_c, 0.99)),
+    " earlyc=", early_c, " stale_ms=", ms(M.stale_s), " twice=", M.twice, " task_errors=", M.task_errors,
+    extra, M.refusal and (" refusal=" .. tostring(M.refusal):gsub(" ", "_")) or "")
+end
+
+return M
