@@ -375,6 +375,61 @@ describe("hwt.retry()", function()
     assert.is_false(gave, "on_give_up was called after handle:cancel()")
   end)
 
+  it("fn may yield; a stop while fn is suspended gives the retry up, and its late result does not count", function()
+    local tm = hwt.new({ clock = "manual" })
+    local log = {}
+    local h = hwt.retry(tm, function(attempt)
+      if attempt == 1 then return nil, "down" end
+      coroutine.yield("connecting")            -- a cosocket connect, say
+      return "connected"
+    end, {
+      delay = 1,
+      on_give_up = function(err) log[#log + 1] = "gave up: " .. tostring(err) end,
+      on_success = function(v) log[#log + 1] = "success: " .. tostring(v) end,
+    })
+    local co = coroutine.create(function() return tm:advance(1) end)
+    local ok, yielded = coroutine.resume(co)   -- the retry task calls fn, which yields
+    assert.is_true(ok)
+    if not compat.tasks_yield then             -- PUC 5.1: the yield is fn's error
+      assert.are.equal(2, h.attempts)
+      assert.are.equal("dead", coroutine.status(co))
+      tm:stop()
+      assert.are.same({ "gave up: timer is stopped" }, log)
+      return
+    end
+    assert.are.equal("connecting", yielded)
+    assert.are.equal(2, h.attempts)
+    assert.is_false(h.done)
+    tm:stop()                                  -- from outside fn's coroutine
+    assert.is_true(h.done)
+    assert.are.same({ "gave up: timer is stopped" }, log)
+    assert.is_true((coroutine.resume(co)))     -- fn returns "connected", too late
+    assert.are.same({ "gave up: timer is stopped" }, log)
+    assert.is_false(h:cancel())
+  end)
+
+  it("fn that yields and then succeeds reconnects for real (a poll from a coroutine)", function()
+    local tm = hwt.new({ clock = "manual" })
+    local up, got = false, nil
+    local h = hwt.retry(tm, function()
+      if not up then return nil, "refused" end
+      coroutine.yield()                        -- the connect in flight
+      return "conn"
+    end, { delay = 1, on_success = function(conn) got = conn end })
+    up = true
+    local co = coroutine.create(function() return tm:advance(1) end)
+    assert.is_true((coroutine.resume(co)))
+    if compat.tasks_yield then
+      assert.is_nil(got)
+      assert.are.same({ true, 1 }, { coroutine.resume(co) })
+      assert.are.equal("conn", got)
+    else
+      assert.is_nil(got)                       -- PUC 5.1: yield refused, retried later
+      assert.are.equal(2, h.attempts)
+    end
+    tm:stop()
+  end)
+
   it("gives up with the timer's refusal when the timer is full", function()
     local t = hwt.new({ clock = "manual", max_pending = 1 })
     t:timeout(100, noop)

@@ -114,6 +114,7 @@ typedef struct drain {
   lhwt_timeout *current;        /* taken, not yet finished: user value 2 */
   lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
+  bool is_handoff;              /* runs one handed timeout, once */
 } drain;
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -380,10 +381,11 @@ static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
  * before the time it last heard of. queue_idx: the queue userdata. */
 static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to) {
   if (!tm->has_watcher) return;
+  uint64_t now_ns = engine_now(tm->queue.eng);
   uint64_t due_at_ns = tq_due_at(&to->node);
+  if (due_at_ns < now_ns) due_at_ns = now_ns;       /* due: as next_due() counts it */
   if (due_at_ns >= tm->told_due_ns) return;
   tm->told_due_ns = due_at_ns;
-  uint64_t now_ns = engine_now(tm->queue.eng);
   queue_idx = lua_absindex(L, queue_idx);
   compat_getuservalue(L, queue_idx, QUEUE_UV_WATCHER);
   lua_pushnumber(L, ns_to_seconds(due_at_ns > now_ns ? due_at_ns - now_ns : 0));
@@ -482,6 +484,7 @@ static void finish_current(lua_State *L, drain *d) {
  * nothing when there is none. */
 static int internal_take(lua_State *L) {
   drain *d = check_drain(L, 1);
+  if (d->is_handoff && d->current) return 0;  /* fn called again while its task runs */
   finish_current(L, d);
   lhwt_timeout *to;
   if (d->handed) {
@@ -526,6 +529,7 @@ static int internal_hand(lua_State *L) {
   lhwt_timeout *to = d->seq_limit ? (lhwt_timeout *)tq_hand_due(&d->tm->queue, d->seq_limit) : NULL;
   if (!to) return 0;
   lua_replace(L, 1);
+  handoff->is_handoff = true;
   handoff->handed = to;
   handoff->handed_seq = to->node.seq;
   hold_timeout(L, DRAIN_UV_HANDED, to);
@@ -709,7 +713,7 @@ static int timer_next_due(lua_State *L) {
  * earlier than what it last returned or told. */
 static int timer_on_earlier(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
-  if (!lua_isnil(L, 2) && !is_callable(L, 2))
+  if (!lua_isnoneornil(L, 2) && !is_callable(L, 2))
     luaL_argerror(L, 2, "function or nil expected");
   lua_settop(L, 2);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
