@@ -1,8 +1,9 @@
--- hwt in a cqueues controller: a small "pollable" wrapper lets a coroutine
--- wait on timer:fd() with cqueues.poll() and then run what is due, while
--- other coroutines of the same controller go on with cqueues' own sleeps.
+-- hwt in a cqueues controller: require("hwt.cqueues").attach(timer, cq) runs
+-- a coroutine on the controller that waits on timer:fd() and starts each due
+-- task in a coroutine of its own, while other coroutines of the same
+-- controller go on with cqueues' own sleeps. The controller's loop ends once
+-- nothing can fall due.
 local cqueues = require("cqueues")
-local condition = require("cqueues.condition")
 local hwt = require("hwt")
 
 -- A task's error must not pass unnoticed: poll() would report it and go on.
@@ -17,26 +18,6 @@ local function log(name)
   print(("[%6.3fs] %s"):format(hwt.now() - started, name))
 end
 
--- cqueues waits on any object with pollfd() and events() methods (and an
--- optional timeout(), in seconds; none here: the fd alone says when).
-local function timer_pollable(t)
-  return {
-    pollfd = function() return t:fd() end,   -- readable while due tasks wait
-    events = function() return "r" end,
-  }
-end
-
--- The timer's service coroutine: wait for the fd (or for `stopping`), poll.
-local stopping = condition.new()
-local stopped = false
-local function timer_service()
-  local pollable = timer_pollable(timer)
-  while not stopped do
-    cqueues.poll(pollable, stopping)
-    timer:poll()
-  end
-end
-
 -- hwt timeouts, 50 ms apart; B cancels C, the worker cancels E.
 local c, e
 timer:timeout(0.025, function() log("A") end)
@@ -48,28 +29,26 @@ c = timer:timeout(0.175, function() log("C (cancelled: must not run)") end)
 timer:timeout(0.125, function() log("D") end)
 e = timer:timeout(0.225, function() log("E (cancelled: must not run)") end)
 
--- A coroutine with its own pace, on cqueues.sleep(); it ends the service.
+-- A coroutine with its own pace, on cqueues.sleep().
 local function worker()
   for step = 1, 4 do
     cqueues.sleep(0.05)
     log("work " .. step)
     if step == 3 then assert(e:cancel(), "E has not run yet") end
   end
-  stopped = true
-  assert(#timer:stop() == 0, "nothing should be left pending")
-  stopping:signal()
 end
 
 local cq = cqueues.new()
-cq:wrap(timer_service)
+assert(require("hwt.cqueues").attach(timer, cq))
 cq:wrap(worker)
 local deadline = hwt.now() + 5                 -- if something hangs, give up
-while not cq:empty() do
-  assert(cq:step(0.1))
+while not cq:empty() do                        -- cq:loop(), with a deadline
+  assert(cq:step(math.max(deadline - hwt.now(), 0)))
   assert(hwt.now() < deadline, "the controller hung: " .. table.concat(order, " "))
 end
 print("order: " .. table.concat(order, " "))
 assert(table.concat(order, " ") == "A work 1 B work 2 D work 3 work 4",
        "hwt timeouts and cqueues sleeps should interleave by time")
 assert(c:is_cancelled() and e:is_cancelled() and not c:is_expired() and not e:is_expired())
+assert(timer:pending() == 0, "nothing should be left pending")
 print("cqueues example: ok")

@@ -1785,3 +1785,18 @@ describe("timer:on_earlier()", function()
     end
   end)
 end)
+
+describe("functions that refer to their timer", function()
+  it("an on_error and an on_earlier that refer to the timer do not keep it alive", function()
+    local weak = setmetatable({}, { __mode = "v" })
+    do
+      local timer
+      timer = hwt.new({ on_error = function() return timer end })
+      timer:on_earlier(function() return timer end)
+      timer:timeout(3600, function() end)
+      weak.timer = timer
+    end
+    for _ = 1, 4 do collectgarbage("collect") end
+    assert.is_nil(weak.timer)
+  end)
+end)

@@ -48,11 +48,11 @@
 #define DRAIN_MT "hwt.drain"
 #define TIMER_UV_ANCHORS 1
 #define TIMER_UV_QUEUE 2
-#define TIMER_UVS 2
+#define TIMER_UV_ON_ERROR 3
+#define TIMER_UV_WATCHER 4      /* on_earlier's function */
+#define TIMER_UVS 4
 #define QUEUE_UV_ANCHORS 1
-#define QUEUE_UV_ON_ERROR 2
-#define QUEUE_UV_WATCHER 3      /* on_earlier's function */
-#define QUEUE_UVS 3
+#define QUEUE_UVS 1
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_CURRENT 2      /* the timeout taken and not yet finished */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
@@ -80,7 +80,7 @@ typedef struct lhwt_timer {
   bool shared_engine;
   uint64_t tick_ns;
   uint32_t wheel_size;
-  bool has_watcher;             /* QUEUE_UV_WATCHER is set */
+  bool has_watcher;             /* its Timer's TIMER_UV_WATCHER is set */
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
   state_timers *home;           /* the list it is in while running */
   struct lhwt_timer *prev_in_state, *next_in_state;
@@ -377,8 +377,23 @@ static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   }
 }
 
-/* Tells the queue's watcher (on_earlier) when `to`, just armed, falls due
- * before the time it last heard of. queue_idx: the queue userdata. */
+/* Pushes the Timer of the queue userdata at queue_idx, or nil once it was
+ * collected. The queue must not hold its Timer's on_error or watcher
+ * itself: the state holds a running queue, and a function that refers to
+ * its timer would keep the timer alive for ever. (Through the registry, not
+ * an upvalue: finalizers call this too.) */
+static void push_timer_of_queue(lua_State *L, int queue_idx) {
+  queue_idx = lua_absindex(L, queue_idx);
+  lua_getfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
+  compat_getuservalue(L, -1, STATE_UV_TIMERS);
+  lua_pushvalue(L, queue_idx);
+  lua_rawget(L, -2);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Tells the watcher (on_earlier) when `to`, just armed, falls due before
+ * the time it last heard of. queue_idx: the queue userdata. */
 static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to) {
   if (!tm->has_watcher) return;
   uint64_t now_ns = engine_now(tm->queue.eng);
@@ -386,15 +401,21 @@ static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_ti
   if (due_at_ns < now_ns) due_at_ns = now_ns;       /* due: as next_due() counts it */
   if (due_at_ns >= tm->told_due_ns) return;
   tm->told_due_ns = due_at_ns;
-  queue_idx = lua_absindex(L, queue_idx);
-  compat_getuservalue(L, queue_idx, QUEUE_UV_WATCHER);
+  push_timer_of_queue(L, queue_idx);
+  int timer_idx = lua_gettop(L);
+  if (lua_isnil(L, timer_idx)) {
+    lua_pop(L, 1);
+    return;
+  }
+  compat_getuservalue(L, timer_idx, TIMER_UV_WATCHER);
   lua_pushnumber(L, ns_to_seconds(due_at_ns > now_ns ? due_at_ns - now_ns : 0));
   if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    compat_getuservalue(L, queue_idx, QUEUE_UV_ON_ERROR);
+    compat_getuservalue(L, timer_idx, TIMER_UV_ON_ERROR);
     lua_insert(L, -2);
     report_task_error(L, lua_gettop(L) - 1, 0);
     lua_pop(L, 1);
   }
+  lua_pop(L, 1);
 }
 
 static drain *check_drain(lua_State *L, int idx) {
@@ -443,7 +464,7 @@ static int internal_drain(lua_State *L) {
   }
   drain *d = new_drain(L, -1);
   d->seq_limit = seq_limit;
-  compat_getuservalue(L, -2, QUEUE_UV_ON_ERROR);
+  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
   lua_pushboolean(L, !lua_isnil(L, -1));
   lua_remove(L, -2);
   return 2;
@@ -716,9 +737,7 @@ static int timer_on_earlier(lua_State *L) {
   if (!lua_isnoneornil(L, 2) && !is_callable(L, 2))
     luaL_argerror(L, 2, "function or nil expected");
   lua_settop(L, 2);
-  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-  lua_pushvalue(L, 2);
-  compat_setuservalue(L, -2, QUEUE_UV_WATCHER);
+  compat_setuservalue(L, 1, TIMER_UV_WATCHER);
   tm->has_watcher = !lua_isnil(L, 2);
   tm->told_due_ns = ENGINE_NEVER;
   return 0;
@@ -841,13 +860,16 @@ static int internal_report_error(lua_State *L) {
   lua_settop(L, 3);
   if (luaL_testudata(L, 1, DRAIN_MT)) {
     compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+    push_timer_of_queue(L, -1);
   } else {
     check_timer(L, 1);
-    compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+    lua_pushvalue(L, 1);
   }
-  compat_getuservalue(L, -1, QUEUE_UV_ON_ERROR);
+  if (lua_isnil(L, -1)) lua_pushnil(L);          /* the timer was collected */
+  else compat_getuservalue(L, -1, TIMER_UV_ON_ERROR);
+  int on_error_idx = lua_gettop(L);
   lua_pushvalue(L, 2);
-  report_task_error(L, 5, lua_isnil(L, 3) ? 0 : 3);
+  report_task_error(L, on_error_idx, lua_isnil(L, 3) ? 0 : 3);
   return 0;
 }
 
@@ -888,7 +910,7 @@ static lua_Integer option_integer(lua_State *L, const char *key, lua_Integer lo,
 }
 
 /* Reads the option at the top of the stack, named by the key below it. */
-static void read_option(lua_State *L, timer_options *opts, int queue_idx) {
+static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
   if (lua_type(L, -2) != LUA_TSTRING)
     luaL_error(L, "bad argument #1 to 'new' (option names must be strings)");
   const char *key = lua_tostring(L, -2);
@@ -906,7 +928,7 @@ static void read_option(lua_State *L, timer_options *opts, int queue_idx) {
     if (!is_callable(L, -1))
       luaL_error(L, "bad option 'on_error' to 'new' (function expected, got %s)", luaL_typename(L, -1));
     lua_pushvalue(L, -1);
-    compat_setuservalue(L, queue_idx, QUEUE_UV_ON_ERROR);
+    compat_setuservalue(L, timer_idx, TIMER_UV_ON_ERROR);
   } else if (strcmp(key, "shared") == 0) {
     if (lua_type(L, -1) != LUA_TBOOLEAN)
       luaL_error(L, "bad option 'shared' to 'new' (boolean expected, got %s)", luaL_typename(L, -1));
@@ -950,7 +972,7 @@ static int hwt_new(lua_State *L) {
   if (lua_istable(L, 1)) {
     lua_pushnil(L);
     while (lua_next(L, 1)) {
-      read_option(L, &opts, queue_idx);
+      read_option(L, &opts, timer_idx);
       lua_pop(L, 1);
     }
   }

@@ -1,0 +1,264 @@
+-- hwt.luv: drives an hwt timer from luv's (libuv's) default loop.
+--
+--   local uv, hwt = require("luv"), require("hwt")
+--   local timer = hwt.new()
+--   local handle = assert(require("hwt.luv").attach(timer, {
+--     spawn = function(run) coroutine.wrap(run)() end,   -- optional: see below
+--   }))
+--   timer:timeout(0.5, function() print("half a second later") end)
+--   uv.run()                      -- returns once nothing can fall due
+--
+-- attach(timer [, opts]) returns a handle, or nil and a message when luv
+-- cannot be loaded. opts.spawn is poll()'s spawn: with it each due task runs
+-- through spawn(run), e.g. in a coroutine of its own, where it may wait for
+-- luv I/O by yielding (Lua 5.2+ and LuaJIT; on 5.1 the yield is the task's
+-- error). Without it the tasks run inside the uv callback, one after another.
+--
+-- Like a uv timer, the attachment keeps uv.run() going only while the timer
+-- has something that can fall due (timer:next_due() is a number). Then, and
+-- only then, it holds two uv handles of its own:
+--   * a poll handle on timer:fd(): readable while due tasks wait, it runs
+--     timer:poll(nil, opts.spawn);
+--   * a uv timer a little after the next deadline (next_due() plus one tick
+--     plus FALLBACK_SLACK), moved on after every poll. It does not fire in the
+--     normal course: the fd comes first. It is there because cancel() and
+--     stop() do not make the fd readable: after a stop() or the last cancel()
+--     made outside the tasks (a task's are seen when it returns), it is how
+--     the attachment learns that nothing can fall due any more (so uv.run()
+--     lingers at most until that deadline, never for ever).
+-- When a poll, or a task handed to spawn when it returns, leaves nothing that
+-- can fall due (everything ran or was cancelled, or the timer stopped), both
+-- handles are closed: uv.run() returns, and uv.loop_close() succeeds. The
+-- next arming that gives the timer something to fall due (timeout(), every())
+-- reopens them at once, from inside that call, through timer:on_earlier()
+-- (which the attachment owns: one watcher per timer, so a timer is attached
+-- at most once).
+--
+-- Lifetime: during a busy period the module holds the timer (as libuv holds
+-- an active handle), so a timer that nothing else refers to still fires.
+-- Otherwise the handle refers to its timer weakly: while its uv handles are
+-- closed, nothing of libuv's refers to the timer's fd, and an unreferenced
+-- timer (with nothing left that can fall due) may be collected. So a
+-- collected timer never has its fd in libuv (which would abort inside libuv).
+--
+-- handle:detach() stops driving: closes the uv handles (the fd leaves libuv
+-- at once, in the call), clears on_earlier, lets go of the timer. The timer
+-- and its timeouts stay as they are. Returns true, or false when the handle
+-- was detached already. Called from inside a task, the poll that runs the
+-- task still runs the other tasks that were due with it.
+-- A stopped timer detaches its attachment when the attachment sees the stop
+-- (after the poll or the spawned task that stopped it, else at the fallback).
+-- If timer:poll() raises (spawn raised), the attachment detaches and the
+-- error goes on to luv, like any callback error (luv prints it and exits).
+--
+-- Errors: a bad argument raises, naming it. A timer on the manual clock, a
+-- stopped timer and one already attached are bad arguments.
+local M = {}
+
+-- After the deadline the fallback waits this long, plus one tick, for the fd.
+local FALLBACK_SLACK = 0.005
+
+local uv                                      -- luv, once an attach loaded it
+
+local function load_luv()
+  if uv then return uv end
+  local ok, loaded = pcall(require, "luv")
+  if not ok then return nil, "hwt.luv: cannot load luv: " .. tostring(loaded) end
+  uv = loaded
+  return uv
+end
+
+-- Timers that have a handle attached (weak keys: values are plain true, so
+-- that nothing here keeps a timer alive, on 5.1 and LuaJIT too).
+local attached = setmetatable({}, { __mode = "k" })
+
+local function type_name(value)
+  local mt = getmetatable(value)
+  return type(mt) == "string" and mt or type(value)
+end
+
+local function is_callable(value)
+  if type(value) == "function" then return true end
+  local mt = debug.getmetatable(value)
+  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
+end
+
+local function arg_error(n, message)
+  error(("bad argument #%d to 'attach' (%s)"):format(n, message), 3)
+end
+
+local function check_timer(timer)
+  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
+    arg_error(1, "hwt.Timer expected, got " .. type_name(timer))
+  end
+  local stats = timer:stats()
+  if stats.stopped then arg_error(1, "timer is stopped") end
+  if stats.clock == "manual" then arg_error(1, "timer has a manual clock: drive it with advance()") end
+  if attached[timer] then arg_error(1, "timer is already attached: detach it first") end
+  return stats
+end
+
+local function check_options(opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then arg_error(2, "table expected, got " .. type_name(opts)) end
+  for key, value in pairs(opts) do
+    if key ~= "spawn" then arg_error(2, "unknown option '" .. tostring(key) .. "'") end
+    if not is_callable(value) then
+      error(("bad option 'spawn' to 'attach' (function expected, got %s)"):format(type_name(value)), 3)
+    end
+  end
+  return opts
+end
+
+local Handle = {}
+Handle.__index = Handle
+
+-- The timer of each handle in a busy period: what keeps it alive then. A
+-- handle itself refers to its timer weakly (self.ref.timer), since the timer
+-- holds the handle (its on_earlier watcher) in a place Lua treats as a root
+-- while the timer runs: a strong reference back would make it immortal.
+local busy = {}
+local WEAK_VALUES = { __mode = "v" }
+
+local function close_uv(h)
+  if h and not h:is_closing() then h:close() end
+end
+
+-- Ends a busy period: the fd leaves libuv now (uv_close stops the poll).
+local function go_idle(self)
+  close_uv(self.poller)
+  close_uv(self.fallback)
+  self.poller, self.fallback = nil, nil
+  busy[self] = nil
+end
+
+local function let_go(self)
+  go_idle(self)
+  if not self.attached then return end
+  self.attached = false
+  local timer = self.ref.timer
+  if timer == nil then return end
+  attached[timer] = nil
+  timer:on_earlier(nil)
+end
+
+-- The fallback fires `due_in` (plus the slack) from now; it repeats at that
+-- period, so that again() can move it with the callback it started with.
+local function arm_fallback(self, due_in)
+  local ms = math.ceil((due_in + self.slack) * 1000)
+  self.fallback:set_repeat(ms)
+  self.fallback:again()
+end
+
+local drive
+
+-- Starts a busy period: a poll handle on the fd and the fallback timer.
+local function go_busy(self, timer)
+  local poller, err = uv.new_poll(self.fd)
+  if not poller then return nil, err end
+  local fallback
+  fallback, err = uv.new_timer()
+  if not fallback then
+    poller:close()
+    return nil, err
+  end
+  local ok
+  ok, err = poller:start("r", function(poll_err) drive(self, poll_err) end)
+  if ok then ok, err = fallback:start(1000, 1000, function() drive(self) end) end
+  if not ok then
+    poller:close()
+    fallback:close()
+    return nil, err
+  end
+  self.poller, self.fallback = poller, fallback
+  busy[self] = timer
+  return true
+end
+
+-- After a poll: the fallback moves to the next deadline, or the busy period
+-- ends (and with a stopped timer, the attachment).
+local function settle(self, timer)
+  if busy[self] ~= timer then return end        -- a task detached the handle
+  local due_in = timer:next_due()
+  if due_in then return arm_fallback(self, due_in) end
+  if timer:stats().stopped then return let_go(self) end
+  go_idle(self)
+end
+
+-- opts.spawn, with a settle() after each task: a task that stopped the
+-- timer or cancelled the last pending timeout ends the busy period when it
+-- returns, rather than at the fallback.
+local function settling_spawn(self, timer)
+  local spawn = self.spawn
+  if spawn == nil then return nil end
+  return function(run)
+    spawn(function()
+      run()
+      settle(self, timer)
+    end)
+  end
+end
+
+function drive(self, err)
+  local timer = busy[self]
+  if timer == nil then return end
+  if err then
+    let_go(self)
+    error("hwt.luv: polling the timer's fd failed: " .. tostring(err), 0)
+  end
+  local ok, failure = pcall(timer.poll, timer, nil, settling_spawn(self, timer))
+  if not ok then
+    let_go(self)
+    error(failure, 0)
+  end
+  settle(self, timer)
+end
+
+-- The timer's on_earlier watcher: something now falls due `due_in` from now.
+local function earlier(self, due_in)
+  local timer = self.ref.timer                  -- alive: it is calling us
+  if not self.attached or timer == nil then return end
+  if busy[self] == nil then
+    local ok, err = go_busy(self, timer)
+    if not ok then
+      timer:on_earlier(self.on_earlier)         -- forget what it was told: the next arming retries
+      error("hwt.luv: cannot watch the timer's fd: " .. tostring(err), 0)
+    end
+  end
+  arm_fallback(self, due_in)
+end
+
+-- attach(timer [, opts]) -> handle, or nil and a message without luv.
+function M.attach(timer, opts)
+  local stats = check_timer(timer)
+  opts = check_options(opts)
+  local loaded, err = load_luv()
+  if not loaded then return nil, err end
+  local self = setmetatable({
+    ref = setmetatable({ timer = timer }, WEAK_VALUES), attached = true,
+    fd = timer:fd(), spawn = opts.spawn, slack = stats.tick + FALLBACK_SLACK,
+  }, Handle)
+  self.on_earlier = function(due_in) earlier(self, due_in) end
+  attached[timer] = true
+  timer:on_earlier(self.on_earlier)
+  local due_in = timer:next_due()               -- also what on_earlier compares with
+  if due_in then
+    local ok
+    ok, err = go_busy(self, timer)
+    if not ok then
+      let_go(self)
+      return nil, "hwt.luv: cannot watch the timer's fd: " .. tostring(err)
+    end
+    arm_fallback(self, due_in)
+  end
+  return self
+end
+
+-- Stops driving; true if this call detached the handle.
+function Handle:detach()
+  if not self.attached then return false end
+  let_go(self)
+  return true
+end
+
+return M
