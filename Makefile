@@ -197,4 +197,5 @@ help:
 	@echo "make bench-quick  a one-minute version of make bench"
 	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
+	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"
