@@ -26,7 +26,7 @@ local core_wait = Timer.wait
 -- finished: by the next `take`, by `finish`, or by the drain's finalizer if
 -- the coroutine is dropped while the task is suspended.
 
-local NOTHING = {}              -- what run_next returns when nothing was due
+local NOTHING = {}              -- what call_taken returns when nothing was due
 
 local function call_taken(t, is_method, task, ...)
   if t == nil then return NOTHING end
@@ -34,19 +34,27 @@ local function call_taken(t, is_method, task, ...)
   return task(t, ...)
 end
 
-local function run_next(drain)
-  return call_taken(take(drain))
+-- Runs up to `budget` tasks in one protected call, counting in done[1] those
+-- that returned; NOTHING when nothing more is due. One xpcall per batch, not
+-- per task: a task's error ends the batch, and run_drain starts the next.
+local function run_batch(drain, budget, done)
+  for n = 1, budget do
+    if call_taken(take(drain)) == NOTHING then return NOTHING end
+    done[1] = n
+  end
 end
 
 local function pass_error(err) return err end
 
--- What run_drain passes to xpcall: run_next, or on PUC 5.1, whose xpcall
--- passes f no arguments, a closure over the drain.
-local run_next_of
+-- What run_drain passes to xpcall: run_batch, or on PUC 5.1, whose xpcall
+-- passes f no arguments, a closure over them.
+local batch_of
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
-  run_next_of = function() return run_next end
+  batch_of = function() return run_batch end
 else
-  run_next_of = function(drain) return function() return run_next(drain) end end
+  batch_of = function(drain, budget, done)
+    return function() return run_batch(drain, budget, done) end
+  end
 end
 
 -- As deep as a task call below, doing nothing: raises here, before anything
@@ -60,13 +68,17 @@ local function check_task_call_fits()
 end
 
 -- Runs up to `max` tasks of the drain; returns how many ran. Each take()
--- first finishes the task before it.
+-- first finishes the task before it. After a failed batch, the drain's count
+-- of what it took tells a task's error (the last task taken did not return)
+-- from a failure before a take (every task taken returned).
 local function run_drain(drain, handler, max)
   check_task_call_fits()
-  local run = run_next_of(drain)
+  local done = { 0 }
   local ran = 0
   while ran < max do
-    local ok, result = xpcall(run, handler, drain)
+    done[1] = 0
+    local ok, result = xpcall(batch_of(drain, max - ran, done), handler, drain, max - ran, done)
+    ran = ran + done[1]
     if ok then
       if result == NOTHING then return ran end
     else
@@ -76,8 +88,8 @@ local function run_drain(drain, handler, max)
         error(result, 0)
       end
       report_error(drain, result, t)
+      ran = ran + 1
     end
-    ran = ran + 1
   end
   finish(drain)
   return ran
