@@ -54,7 +54,7 @@
 #define QUEUE_UV_ANCHORS 1
 #define QUEUE_UVS 1
 #define DRAIN_UV_QUEUE 1
-#define DRAIN_UV_CURRENT 2      /* the timeout taken and not yet finished */
+#define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
 #define DRAIN_UVS 3
 #define STATE_UV_RUNNING 1      /* queue userdata -> true, while running */
@@ -103,6 +103,7 @@ typedef struct lhwt_timeout {
   int anchor_ref;               /* LUA_NOREF while not anchored */
   uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
+  bool in_drain;                /* taken by a drain, not yet finished: anchored */
 } lhwt_timeout;
 
 /* A drain: one draining call's hold on the timeouts it runs (see the
@@ -111,7 +112,7 @@ typedef struct drain {
   lhwt_timer *tm;               /* its queue userdata: user value 1 */
   uint64_t seq_limit;           /* a poll: what was scheduled before it began */
   uint64_t handed_seq;          /* a hand-off: the seq its timeout was handed under */
-  lhwt_timeout *current;        /* taken, not yet finished: user value 2 */
+  lhwt_timeout *current;        /* taken, not yet finished (in_drain, so anchored) */
   lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
@@ -431,25 +432,28 @@ static drain *new_drain(lua_State *L, int queue_idx) {
   lua_setmetatable(L, -2);
   lua_pushvalue(L, queue_idx);
   compat_setuservalue(L, -2, DRAIN_UV_QUEUE);
+  compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
+  compat_setuservalue(L, -2, DRAIN_UV_ANCHORS);
   return d;
 }
 
-/* Sets user value uv of the drain at index 1 to the Timeout `to`, found by
- * its anchor (the engine holds it, so it is anchored), and leaves it at the
- * top. Raises nothing. */
-static void hold_timeout(lua_State *L, int uv, lhwt_timeout *to) {
-  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
-  compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
+/* Pushes the anchored Timeout `to` of the drain at index 1. */
+static void push_anchored(lua_State *L, lhwt_timeout *to) {
+  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
   lua_rawgeti(L, -1, to->anchor_ref);
-  lua_replace(L, -3);
-  lua_pop(L, 1);
-  lua_pushvalue(L, -1);
-  compat_setuservalue(L, 1, uv);
+  lua_remove(L, -2);
 }
 
-static void drop_timeout(lua_State *L, int uv) {
+/* The drain at index 1 holds the handed timeout `to` (its user value: a
+ * cancel or a stop unanchors a handed timeout). Raises nothing. */
+static void hold_handed(lua_State *L, lhwt_timeout *to) {
+  push_anchored(L, to);
+  compat_setuservalue(L, 1, DRAIN_UV_HANDED);
+}
+
+static void drop_handed(lua_State *L) {
   lua_pushnil(L);
-  compat_setuservalue(L, 1, uv);
+  compat_setuservalue(L, 1, DRAIN_UV_HANDED);
 }
 
 /* internal.drain(timer) -> a poll's drain, or nil once stopped; and whether
@@ -482,22 +486,23 @@ static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
 }
 
 /* Ends the drain's current timeout (index 1: the drain): a periodic one is
- * re-armed (its watcher told), any other let go. */
+ * re-armed (its watcher told), any other let go. A taken timeout stays
+ * anchored until here (cancel() and stop() leave its anchor to the drain),
+ * so the drain need not hold it otherwise. */
 static void finish_current(lua_State *L, drain *d) {
   lhwt_timeout *to = d->current;
   if (!to) return;
   d->current = NULL;
-  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
-  int queue_idx = lua_gettop(L);
-  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
-  drop_timeout(L, DRAIN_UV_CURRENT);
+  to->in_drain = false;
   if (tq_finish(&to->node)) {
-    tell_if_earlier(L, d->tm, queue_idx, to);
+    if (!d->tm->has_watcher) return;
+    compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+    tell_if_earlier(L, d->tm, -1, to);
   } else {
-    compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
+    compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
     unanchor(L, lua_gettop(L), to);
   }
-  lua_settop(L, queue_idx - 1);
+  lua_pop(L, 1);
 }
 
 /* internal.take(drain) -> finishes the drain's current timeout, then
@@ -511,14 +516,15 @@ static int internal_take(lua_State *L) {
   if (d->handed) {
     to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
     d->handed = NULL;
-    drop_timeout(L, DRAIN_UV_HANDED);
+    drop_handed(L);
   } else {
     to = d->seq_limit ? (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit) : NULL;
   }
   if (!to) return 0;
   d->current = to;
   d->taken++;
-  hold_timeout(L, DRAIN_UV_CURRENT, to);
+  to->in_drain = true;
+  push_anchored(L, to);
   /* The probe made room for the most arguments, but a collection may have
    * shrunk the stack since: growing it again can only fail for memory, and
    * that is this task's error (it counts as run). */
@@ -536,7 +542,7 @@ static int internal_finish(lua_State *L) {
  * and how many timeouts the drain has taken. */
 static int internal_current(lua_State *L) {
   drain *d = check_drain(L, 1);
-  compat_getuservalue(L, 1, DRAIN_UV_CURRENT);
+  if (d->current) push_anchored(L, d->current); else lua_pushnil(L);
   lua_pushinteger(L, d->taken);
   return 2;
 }
@@ -553,7 +559,7 @@ static int internal_hand(lua_State *L) {
   handoff->is_handoff = true;
   handoff->handed = to;
   handoff->handed_seq = to->node.seq;
-  hold_timeout(L, DRAIN_UV_HANDED, to);
+  hold_handed(L, to);
   lua_settop(L, 1);                           /* the hand-off */
   return 1;
 }
@@ -566,7 +572,7 @@ static void give_back(lua_State *L, drain *d) {
   tq_unhand(&to->node, d->handed_seq);
   compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
   compat_getuservalue(L, 1, DRAIN_UV_HANDED);
-  drop_timeout(L, DRAIN_UV_HANDED);
+  drop_handed(L);
   tell_if_earlier(L, d->tm, -2, lua_touserdata(L, -1));
   lua_pop(L, 2);
 }
@@ -817,7 +823,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
       lua_rawgeti(L, anchors_idx, to->anchor_ref);
       lua_rawseti(L, result_idx, ++count);
     }
-    unanchor(L, anchors_idx, to);
+    if (!to->in_drain) unanchor(L, anchors_idx, to);   /* else its drain's finish does */
   }
   lua_settop(L, result_idx);
 }
@@ -1009,7 +1015,7 @@ static int hwt_new(lua_State *L) {
 static int timeout_cancel(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   bool cancelled = tq_cancel(&to->node);
-  if (cancelled) {
+  if (cancelled && !to->in_drain) {           /* else its drain's finish unanchors */
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
     compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
     unanchor(L, lua_gettop(L), to);
