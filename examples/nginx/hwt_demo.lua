@@ -271,6 +271,7 @@ function M.churn()
   local args = ngx.req.get_uri_args()
   local n, spread = tonumber(args.n or 100000), tonumber(args.spread or 1)
   churn = { scheduled = n, done = 0 }
+  collectgarbage()                 -- each run starts from the same heap: RSS is a high-water mark
   for i = 1, n do M.timer:timeout(spread * i / n, churn_task) end
   ngx.say("scheduled ", n)
 end
