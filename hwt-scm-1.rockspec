@@ -22,6 +22,7 @@ build = {
       ["hwt.ngx"] = "lua/hwt/ngx.lua",
       ["hwt.luv"] = "lua/hwt/luv.lua",
       ["hwt.cqueues"] = "lua/hwt/cqueues.lua",
+      ["hwt.driver"] = "lua/hwt/driver.lua",
       ["hwt.core"] = {
          sources = { "src/wheel.c", "src/engine.c", "src/lhwt.c" },
          libraries = { "pthread", "dl" },

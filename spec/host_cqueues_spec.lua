@@ -290,6 +290,10 @@ describe("hwt.cqueues", function()
     local handle = assert(cq_driver.attach(timer, cq))
     assert.matches("bad argument #1 to 'attach' %(timer is already attached",
                    attach_error(timer, cq))
+    -- one driver per timer, whichever: it owns the timer's on_earlier
+    local ok, err = pcall(require("hwt.luv").attach, timer)
+    assert.is_false(ok)
+    assert.matches("bad argument #1 to 'attach' %(timer is already attached", tostring(err))
     handle:detach()
     timer:stop()
     assert.matches("bad argument #1 to 'attach' %(timer is stopped%)", attach_error(timer, cq))

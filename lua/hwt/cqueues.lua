@@ -70,28 +70,15 @@ local function load_cqueues()
   return cqueues
 end
 
--- Timers that have a handle attached (weak keys: values are plain true, so
--- that nothing here keeps a timer alive, on 5.1 and LuaJIT too).
-local attached = setmetatable({}, { __mode = "k" })
-
-local function type_name(value)
-  local mt = getmetatable(value)
-  return type(mt) == "string" and mt or type(value)
-end
+local driver = require("hwt.driver")
+local type_name, arg_error_in = driver.type_name, driver.arg_error
 
 local function arg_error(n, message)
-  error(("bad argument #%d to 'attach' (%s)"):format(n, message), 3)
+  arg_error_in("attach", n, message)
 end
 
 local function check_timer(timer)
-  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
-    arg_error(1, "hwt.Timer expected, got " .. type_name(timer))
-  end
-  local stats = timer:stats()
-  if stats.stopped then arg_error(1, "timer is stopped") end
-  if stats.clock == "manual" then arg_error(1, "timer has a manual clock: drive it with advance()") end
-  if attached[timer] then arg_error(1, "timer is already attached: detach it first") end
-  return stats
+  return driver.check_timer("attach", timer)
 end
 
 local Handle = {}
@@ -108,8 +95,7 @@ local function let_go(self)
   self.attached = false
   local timer = self.ref.timer
   if timer == nil then return end               -- collected: no driver held it, nothing to wake
-  attached[timer] = nil
-  timer:on_earlier(nil)
+  driver.release(timer)
   cqueues.cancel(self.fd)                       -- wakes a waiting driver; the fd leaves every controller
 end
 
@@ -199,7 +185,7 @@ function M.attach(timer, controller)
     recheck = condition.new(), queue = { first = 1, last = 0 },
   }, Handle)
   self.on_earlier = function() earlier(self) end
-  attached[timer] = true
+  driver.attach(timer)
   timer:on_earlier(self.on_earlier)
   if timer:next_due() then                      -- also what on_earlier compares with
     local ok

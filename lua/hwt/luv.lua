@@ -68,34 +68,15 @@ local function load_luv()
   return uv
 end
 
--- Timers that have a handle attached (weak keys: values are plain true, so
--- that nothing here keeps a timer alive, on 5.1 and LuaJIT too).
-local attached = setmetatable({}, { __mode = "k" })
-
-local function type_name(value)
-  local mt = getmetatable(value)
-  return type(mt) == "string" and mt or type(value)
-end
-
-local function is_callable(value)
-  if type(value) == "function" then return true end
-  local mt = debug.getmetatable(value)
-  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
-end
+local driver = require("hwt.driver")
+local type_name, arg_error_in = driver.type_name, driver.arg_error
 
 local function arg_error(n, message)
-  error(("bad argument #%d to 'attach' (%s)"):format(n, message), 3)
+  arg_error_in("attach", n, message)
 end
 
 local function check_timer(timer)
-  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
-    arg_error(1, "hwt.Timer expected, got " .. type_name(timer))
-  end
-  local stats = timer:stats()
-  if stats.stopped then arg_error(1, "timer is stopped") end
-  if stats.clock == "manual" then arg_error(1, "timer has a manual clock: drive it with advance()") end
-  if attached[timer] then arg_error(1, "timer is already attached: detach it first") end
-  return stats
+  return driver.check_timer("attach", timer)
 end
 
 local function check_options(opts)
@@ -103,7 +84,7 @@ local function check_options(opts)
   if type(opts) ~= "table" then arg_error(2, "table expected, got " .. type_name(opts)) end
   for key, value in pairs(opts) do
     if key ~= "spawn" then arg_error(2, "unknown option '" .. tostring(key) .. "'") end
-    if not is_callable(value) then
+    if not driver.is_callable(value) then
       error(("bad option 'spawn' to 'attach' (function expected, got %s)"):format(type_name(value)), 3)
     end
   end
@@ -138,8 +119,7 @@ local function let_go(self)
   self.attached = false
   local timer = self.ref.timer
   if timer == nil then return end
-  attached[timer] = nil
-  timer:on_earlier(nil)
+  driver.release(timer)
 end
 
 -- The fallback fires `due_in` (plus the slack) from now; it repeats at that
@@ -239,7 +219,7 @@ function M.attach(timer, opts)
     fd = timer:fd(), spawn = opts.spawn, slack = stats.tick + FALLBACK_SLACK,
   }, Handle)
   self.on_earlier = function(due_in) earlier(self, due_in) end
-  attached[timer] = true
+  driver.attach(timer)
   timer:on_earlier(self.on_earlier)
   local due_in = timer:next_due()               -- also what on_earlier compares with
   if due_in then

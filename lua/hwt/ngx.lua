@@ -31,6 +31,7 @@
 -- the worker runs few timers of its own: raise lua_max_running_timers).
 -- No thread_pool is needed: nothing of hwt's runs in nginx's threads.
 local hwt = require("hwt")
+local attachments = require("hwt.driver")
 
 local M = {}
 
@@ -111,7 +112,7 @@ end
 local function exit(driver)
   if driver.exited then return end
   driver.exited = true
-  driver.timer:on_earlier(nil)
+  attachments.release(driver.timer)
   local never_ran = driver.timer:stop()
   if driver.on_exit then
     local ok, err = pcall(driver.on_exit, never_ran)
@@ -131,7 +132,7 @@ end
 function Driver:stop()
   if self.stopped then return false end
   self.stopped = true
-  self.timer:on_earlier(nil)
+  attachments.release(self.timer)
   return true
 end
 
@@ -161,9 +162,7 @@ end
 -- start(timer [, opts]) -> driver, or nil, err (no lua-nginx-module, or a
 -- wake it cannot arm). opts: concurrency (default 256), on_exit(timeouts).
 function M.start(timer, opts)
-  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
-    error("bad argument #1 to 'start' (hwt.Timer expected, got " .. type(timer) .. ")", 2)
-  end
+  attachments.check_timer("start", timer)
   opts = check_options(opts)
   if type(ngx) ~= "table" or not (ngx.timer and ngx.thread and ngx.log) then
     return nil, "hwt.ngx needs lua-nginx-module (ngx.timer, ngx.thread)"
@@ -185,6 +184,7 @@ function M.start(timer, opts)
     timer:on_earlier(nil)
     return nil, "hwt.ngx cannot arm an ngx.timer.at (see error.log)"
   end
+  attachments.attach(timer)
   return driver
 end
 
