@@ -209,7 +209,9 @@ local core_stop = Timer.stop
 local function give_up_calls(timer, stopper)
   local stopped = {}
   for handle, its_timer in pairs(calling) do
-    if its_timer == timer and handle._calling_co ~= stopper then stopped[#stopped + 1] = handle end
+    if its_timer == timer and handle._calling_co ~= stopper and not handle.done then
+      stopped[#stopped + 1] = handle
+    end
   end
   for _, handle in ipairs(stopped) do
     calling[handle] = nil

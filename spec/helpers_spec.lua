@@ -408,6 +408,28 @@ describe("hwt.retry()", function()
     assert.is_false(h:cancel())
   end)
 
+  it("a retry cancelled while its fn is suspended does not give up when the timer stops", function()
+    local tm = hwt.new({ clock = "manual" })
+    local gave_up = 0
+    local h = hwt.retry(tm, function(attempt)
+      if attempt == 1 then return nil, "down" end
+      coroutine.yield()
+      return true
+    end, { delay = 1, on_give_up = function() gave_up = gave_up + 1 end })
+    local co = coroutine.create(function() return tm:advance(1) end)
+    assert.is_true((coroutine.resume(co)))
+    if compat.tasks_yield then
+      assert.is_true(h:cancel())               -- fn still suspended
+      tm:stop()
+      assert.are.equal(0, gave_up)
+      assert.is_true((coroutine.resume(co)))
+      assert.are.equal(0, gave_up)
+    else
+      tm:stop()                                -- PUC 5.1: the yield failed; waiting
+      assert.are.equal(1, gave_up)
+    end
+  end)
+
   it("fn that yields and then succeeds reconnects for real (a poll from a coroutine)", function()
     local tm = hwt.new({ clock = "manual" })
     local up, got = false, nil
