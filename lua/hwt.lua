@@ -2,6 +2,7 @@
 -- calls the tasks (poll, run, advance), so that a task may yield, and adds
 -- the helpers that read better in Lua: timer:sleep() and hwt.retry().
 local core = require("hwt.core")
+local checks = require("hwt.driver")               -- argument checks shared with the drivers
 
 local hwt = {}
 for name, value in pairs(core) do hwt[name] = value end
@@ -16,6 +17,7 @@ local report_error, traceback = internal.report_error, internal.traceback
 local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local core_wait = Timer.wait
+local type_name, is_callable = checks.type_name, checks.is_callable
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
 -- Each task is called here, in Lua, under xpcall: so it may yield wherever
@@ -123,11 +125,6 @@ local function arg_error(n, name, message)
   error(("bad argument #%d to '%s' (%s)"):format(n, name, message), 3)
 end
 
-local function type_name(value)
-  local mt = getmetatable(value)
-  return type(mt) == "string" and mt or type(value)
-end
-
 local function is_timer(value)
   return type(value) == "userdata" and getmetatable(value) == "hwt.Timer"
 end
@@ -146,11 +143,6 @@ local function number_arg(value, n, name)
   return number
 end
 
-local function is_callable(value)
-  if type(value) == "function" then return true end
-  local mt = debug.getmetatable(value)
-  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
-end
 
 -- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due.
 function Timer:poll(max, spawn)

@@ -646,8 +646,10 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   to->anchor_ref = luaL_ref(L, -2);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
-    compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-    tell_if_earlier(L, tm, -1, to);
+    if (tm->has_watcher) {                       /* not on the common path */
+      compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+      tell_if_earlier(L, tm, -1, to);
+    }
     lua_settop(L, timeout_idx);
     return 1;
   }

@@ -1,4 +1,4 @@
--- hwt.driver: what the host drivers (hwt.luv, hwt.cqueues) share: argument
+-- hwt.driver: what hwt.lua and the host drivers share: argument
 -- checks that name the argument, and the one registry of attached timers (a
 -- driver owns its timer's on_earlier watcher, so a timer has one driver).
 local M = {}
