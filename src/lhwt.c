@@ -1,22 +1,26 @@
 /*
  * lhwt.c — the Lua binding, module hwt.core. No threads of its own and no
- * wheel logic: it checks arguments, anchors Lua values and runs tasks.
+ * wheel logic: it checks arguments, anchors Lua values and gives lua/hwt.lua
+ * the steps of running tasks (the tasks are called from Lua: see dispatch).
  *
  * Memory: the engine links two kinds of Lua memory. A Timeout userdata
  * embeds its `timeout` node; while the node is pending, due or running, the
  * userdata is anchored in its timer's anchor table (luaL_ref), and it is
  * unanchored at the moment the engine lets go (cancel returned true,
- * tq_finish returned false, or stop handed it back). A timer's queue lives in
+ * tq_finish returned false, or stop handed it back), or, if a drain has
+ * taken it, when that drain finishes it. A timer's queue lives in
  * a "queue" userdata of its own, apart from the Timer userdata the script
  * holds; the Timer points to it. While the queue runs (until it is stopped),
  * the state's `running` table holds the queue userdata, which holds the
  * anchor table: so the memory the engine uses stays alive even when Lua
  * frees a Timer without calling its __gc (Lua skips a finalizer that it
  * cannot call at the C stack limit). Nothing there holds the Timer itself,
- * so dropping a Timer still lets its __gc stop the queue.
- * Timer user values: 1 anchor table, 2 on_error, 3 its queue. Queue user
- * value: 1 the anchor table. Timeout user values: 1 its timer's queue,
- * 2 its task, 3.. the extra arguments.
+ * so dropping a Timer still lets its __gc stop the queue, and for that the
+ * functions a script gives (on_error, on_earlier's) hang on the Timer.
+ * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
+ * on_earlier watcher. Queue user value: 1 the anchor table. Timeout user
+ * values: 1 its timer's queue, 2 its task, 3.. the extra arguments. Drain
+ * user values: 1 its queue, 2 the anchor table, 3 a hand-off's timeout.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
  * while the state closes (5.4 does not register them; 5.1-5.3 never call
