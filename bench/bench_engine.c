@@ -210,7 +210,7 @@ static void bench_expire(bench *b, bool in_order) {
     uint64_t seq_limit = tq_poll_begin(&q);
     timeout *t;
     while ((t = tq_pop_due(&q, seq_limit))) {
-      if (tq_finish(t)) fail("a one-shot timeout was re-armed");
+      if (tq_finish(t, t->seq)) fail("a one-shot timeout was re-armed");
       fired++;
     }
     uint64_t t2 = now_ns();

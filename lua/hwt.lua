@@ -16,6 +16,7 @@ local huge = math.huge
 local report_error, traceback = internal.report_error, internal.traceback
 local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
+local clock_mark, step_to = internal.clock_mark, internal.step_to
 local core_wait = Timer.wait
 local type_name, is_callable = checks.type_name, checks.is_callable
 
@@ -172,15 +173,69 @@ function Timer:advance(seconds)
   return drain_timer(self, huge)
 end
 
+local function is_manual(timer) return timer:stats().clock == "manual" end
+
 -- timer:run(): wait() + poll() until nothing pending can fall due.
 function Timer:run()
   check_self(self, "run")
-  if self:stats().clock == "manual" then
-    error("run() would never end on a manual clock: use advance()", 2)
+  if is_manual(self) then
+    error("run() would never end on a manual clock: use advance() or run_for()", 2)
   end
   local ran = 0
   while core_wait(self) do ran = ran + drain_timer(self, huge) end
   return ran
+end
+
+-- As sinon's clock: passes at one instant beyond this are a task that
+-- re-schedules itself with delay 0, which would never let time pass.
+local MAX_PASSES_AT_ONE_INSTANT = 1000
+-- run_for(math.huge) on the real clock waits in slices this long.
+local LONGEST_WAIT = 3600
+
+-- The manual clock moves to each deadline in turn, with a pass there, so
+-- that each task runs with the clock at its own deadline; then to the end.
+local function run_for_manual(timer, seconds)
+  local mark = clock_mark(timer, seconds)
+  local ran, passes = 0, 0
+  while true do
+    local at_mark, moved, due = step_to(timer, mark)
+    if not due and at_mark then return ran end
+    passes = moved and 1 or passes + 1
+    if passes > MAX_PASSES_AT_ONE_INSTANT then
+      error(("run_for(): more than %d passes at one instant (a task that re-schedules itself with delay 0?)")
+        :format(MAX_PASSES_AT_ONE_INSTANT), 3)
+    end
+    ran = ran + drain_timer(timer, huge)
+  end
+end
+
+local function is_stopped(timer)
+  return timer:stats().stopped
+end
+
+local function run_for_real(timer, seconds)
+  local ends_at = hwt.now() + seconds
+  local ran = 0
+  repeat
+    local left = ends_at - hwt.now()
+    if left > 0 then core_wait(timer, math.min(left, LONGEST_WAIT)) end
+    ran = ran + drain_timer(timer, huge)
+  until hwt.now() >= ends_at or is_stopped(timer)
+  return ran
+end
+
+-- timer:run_for(seconds): lets `seconds` pass, running what falls due.
+function Timer:run_for(seconds)
+  check_self(self, "run_for")
+  seconds = number_arg(seconds, 1, "run_for")
+  local manual = is_manual(self)
+  if not (seconds >= 0) or (manual and seconds == huge) then
+    arg_error(1, "run_for", manual and "seconds must be a finite number >= 0 on a manual clock"
+                                  or "seconds must be a number >= 0")
+  end
+  if is_stopped(self) then return 0 end
+  if manual then return run_for_manual(self, seconds) end
+  return run_for_real(self, seconds)
 end
 
 -- What stop() must tell, by the timeout that stands for it: a retry waiting
@@ -256,10 +311,6 @@ function Timer:stop()
   return ended
 end
 
-local function is_stopped(timer)
-  return timer:stats().stopped
-end
-
 -- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
 -- timer resumes it. Returns true, or nil and a message when the timer refuses
 -- (max_pending) or stops. Resuming the coroutine by hand ends the sleep early.
@@ -321,8 +372,8 @@ function Timer:sleep(seconds)
   return woken == true
 end
 
--- hwt.retry(timer, fn, opts): calls fn(attempt) now; on failure (an error, or
--- a nil/false first result) calls it again after a growing delay.
+-- hwt.retry(timer, fn, opts): calls fn(attempt, handle) now; on failure (an
+-- error, or a nil/false first result) calls it again after a growing delay.
 local retry_defaults = {
   retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0,
 }
@@ -337,7 +388,7 @@ local function check_retry_options(opts)
           key, number ~= number and "nan" or type(value)), 3)
       end
       o[key] = number
-    elseif key == "on_give_up" or key == "on_success" or key == "random" then
+    elseif key == "on_give_up" or key == "on_success" or key == "on_retry" or key == "random" then
       if type(value) ~= "function" then
         error(("bad option '%s' to 'retry' (function expected, got %s)"):format(key, type(value)), 3)
       end
@@ -352,7 +403,8 @@ local function check_retry_options(opts)
   local function check(ok, message)
     if not ok then error("bad option to 'retry' (" .. message .. ")", 4) end
   end
-  check(o.retries >= 0 and o.retries % 1 == 0, "retries must be an integer >= 0")
+  check(o.retries == huge or (o.retries >= 0 and o.retries % 1 == 0),
+        "retries must be an integer >= 0 or math.huge")
   check(o.delay >= 0, "delay must be >= 0")
   check(o.backoff >= 1, "backoff must be >= 1")
   check(o.max_delay >= 0, "max_delay must be >= 0")
@@ -361,13 +413,15 @@ local function check_retry_options(opts)
   return o
 end
 
+-- Retry k waits min(b * (1 +- jitter), max_delay), b = min(delay *
+-- backoff^(k-1), max_delay): max_delay caps the wait after jitter too.
 local function retry_wait(o, retry_number)
   if o.delay == 0 then return 0 end             -- 0 * math.huge would be NaN
   local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
   if o.jitter > 0 then
     wait = wait * (1 + o.jitter * (2 * o.random() - 1))
   end
-  return wait
+  return math.min(wait, o.max_delay)
 end
 
 local RetryHandle = {}
@@ -386,8 +440,8 @@ function hwt.retry(timer, fn, opts)
   if not is_timer(timer) then
     error("bad argument #1 to 'retry' (hwt.Timer expected)", 2)
   end
-  if type(fn) ~= "function" then
-    error("bad argument #2 to 'retry' (function expected, got " .. type(fn) .. ")", 2)
+  if not is_callable(fn) then
+    error("bad argument #2 to 'retry' (function or callable expected, got " .. type_name(fn) .. ")", 2)
   end
   if opts ~= nil and type(opts) ~= "table" then
     error("bad argument #3 to 'retry' (table expected, got " .. type(opts) .. ")", 2)
@@ -395,11 +449,17 @@ function hwt.retry(timer, fn, opts)
   local o = check_retry_options(opts or {})
   local handle = setmetatable({ attempts = 0, done = false }, RetryHandle)
 
-  local function give_up(err)
+  -- Without on_give_up, the error goes where task errors go: a retry that
+  -- fails for good is never silent. A stop is the program's own doing.
+  local function give_up(err, by_stop)
     handle.done = true
-    if o.on_give_up then o.on_give_up(err) end
+    if o.on_give_up then
+      o.on_give_up(err)
+    elseif not by_stop then
+      report_error(timer, err)
+    end
   end
-  handle._give_up = give_up
+  handle._give_up = function(err) give_up(err, true) end
 
   local attempt
   local function try_again(t)
@@ -409,7 +469,7 @@ function hwt.retry(timer, fn, opts)
   end
   local function stopped_while_waiting()
     handle.pending = nil
-    give_up("timer is stopped")
+    give_up("timer is stopped", true)
   end
 
   function attempt()
@@ -417,7 +477,7 @@ function hwt.retry(timer, fn, opts)
     handle.attempts = handle.attempts + 1
     handle._calling_co = coroutine.running()
     calling[handle] = timer
-    local results = pack(pcall(fn, handle.attempts))
+    local results = pack(pcall(fn, handle.attempts, handle))
     calling[handle] = nil
     if handle.done then return end            -- fn cancelled the handle, or a stop gave up
     if results[1] and results[2] then
@@ -427,8 +487,14 @@ function hwt.retry(timer, fn, opts)
     end
     local err = results[1] and results[3] or results[2]
     if handle.attempts > o.retries then return give_up(err) end
-    if is_stopped(timer) then return give_up("timer is stopped") end
-    local t, refusal = timer:timeout(retry_wait(o, handle.attempts), try_again)
+    if is_stopped(timer) then return give_up("timer is stopped", true) end
+    local wait = retry_wait(o, handle.attempts)
+    if o.on_retry then
+      o.on_retry(err, handle.attempts, wait)
+      if handle.done then return end            -- on_retry cancelled it
+      if is_stopped(timer) then return give_up("timer is stopped", true) end
+    end
+    local t, refusal = timer:timeout(wait, try_again)
     if not t then return give_up(refusal) end
     handle.pending = t
     on_stop[t] = stopped_while_waiting

@@ -198,7 +198,7 @@ describe("hwt.new options", function()
     assert.is_not_nil(timer:timeout(0.1, function() error("x", 0) end))
     assert.is_not_nil(timer:timeout(10, function() end))
     assert.is_nil((timer:timeout(1, function() end)))
-    assert.are.equal(0, timer:advance(0.49))  -- tick 0.5: 0.1 runs at the 0.5 boundary
+    assert.are.equal(0, timer:advance(0.09))  -- manual clock: at its exact deadline, whatever the tick
     assert.are.equal(1, timer:advance(0.01))
     assert.are.same({ "x" }, errors)
   end)
@@ -384,25 +384,23 @@ describe("manual clock time", function()
     assert.are.equal(1.25, timer:now())
   end)
 
-  it("a deadline between tick boundaries runs at the next boundary, not before", function()
+  it("a deadline between tick boundaries runs exactly at it: the tick does not round it", function()
     local timer = manual({ tick = 0.01 })
     local ran = false
     timer:timeout(0.015, function() ran = true end)
-    assert.are.equal(0, timer:advance(0.015))
+    assert.are.equal(0, timer:advance(0.0149999))
     assert.is_false(ran)
-    assert.are.equal(0, timer:advance(0.004))      -- 0.019
-    assert.is_false(ran)
-    assert.are.equal(1, timer:advance(0.001))      -- 0.020
+    assert.are.equal(1, timer:advance(0.0000001))  -- 0.015
     assert.is_true(ran)
   end)
 
-  it("timeout(0.015) runs after advance(0.02) but not after advance(0.019)", function()
-    local a, b = manual({ tick = 0.01 }), manual({ tick = 0.01 })
+  it("tick = 1/60: timeout(0.5) runs after advance(0.5) but not after advance(0.4999)", function()
+    local a, b = manual({ tick = 1 / 60 }), manual({ tick = 1 / 60 })
     local ran_a, ran_b = false, false
-    a:timeout(0.015, function() ran_a = true end)
-    b:timeout(0.015, function() ran_b = true end)
-    a:advance(0.019)
-    b:advance(0.02)
+    a:timeout(0.5, function() ran_a = true end)
+    b:timeout(0.5, function() ran_b = true end)
+    a:advance(0.4999)
+    b:advance(0.5)
     assert.is_false(ran_a)
     assert.is_true(ran_b)
   end)
@@ -425,23 +423,22 @@ describe("manual clock time", function()
   it("converts seconds to nanoseconds rounded to the nearest", function()
     local timer = manual({ tick = 0.01 })
     local log, task = logger()
-    timer:timeout(0.0200000004, task, "rounds down")   -- 20000000 ns: on the boundary
-    timer:timeout(0.0200000006, task, "rounds up")     -- 20000001 ns: next boundary
+    timer:timeout(0.0200000004, task, "rounds down")   -- 20000000 ns
+    timer:timeout(0.0200000006, task, "rounds up")     -- 20000001 ns
     assert.are.equal(1, timer:advance(0.02))
     assert.are.same({ "rounds down" }, log)
-    assert.are.equal(0, timer:advance(0.0099999))
-    assert.are.equal(1, timer:advance(0.0000001))
+    assert.are.equal(1, timer:advance(1e-9))
     assert.are.same({ "rounds down", "rounds up" }, log)
   end)
 
-  it("measures tick boundaries from the timer's epoch, not from the scheduling time", function()
+  it("a deadline is the scheduling time plus the delay, also mid-tick", function()
     local timer = manual({ tick = 0.01 })
     local ran = false
     timer:advance(0.005)
     timer:timeout(0.01, function() ran = true end)    -- deadline 0.015
-    assert.are.equal(0, timer:advance(0.01))            -- now 0.015: mid-tick
+    assert.are.equal(0, timer:advance(0.0099))
     assert.is_false(ran)
-    assert.are.equal(1, timer:advance(0.005))           -- now 0.02: boundary
+    assert.are.equal(1, timer:advance(0.0001))          -- now 0.015
     assert.is_true(ran)
   end)
 

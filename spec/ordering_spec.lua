@@ -10,7 +10,8 @@
 -- The model follows /work/shared/API.md and the agreed details:
 --  * seconds -> ns rounded to the nearest, delays clamped to 2^62 ns,
 --    math.huge = never;
---  * a timeout is due when floor(now / tick) >= ceil(deadline / tick);
+--  * a timeout is due when now >= its deadline: the manual clock's deadlines
+--    are exact (the tick does not round them);
 --  * a draining call (poll/advance) runs the due timeouts scheduled before it
 --    began, in (deadline, seq) order, at most `max`;
 --  * a periodic timeout is re-armed after its run with a new sequence number
@@ -55,7 +56,6 @@ local function to_ns(seconds)
   return math.floor(x)
 end
 
-local function ceil_div(a, b) return idiv(a + b - 1, b) end
 
 -- luassert is slow for ~100k checks: compare in plain Lua and hand over to
 -- luassert only on a mismatch, so that the failure is reported as usual.
@@ -84,8 +84,7 @@ local function new_model(cfg)
 end
 
 function Model:is_due(e)
-  return e.deadline ~= NEVER and not e.running and
-         ceil_div(e.deadline, self.cfg.tick_ns) <= idiv(self.now, self.cfg.tick_ns)
+  return e.deadline ~= NEVER and not e.running and e.deadline <= self.now
 end
 
 function Model:due_count()

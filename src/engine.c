@@ -34,7 +34,8 @@ struct engine {
   bool joining;                 /* a thread is in stop_worker's join */
   bool manual_clock;
   bool shared;                  /* found by engine_acquire_shared */
-  uint64_t tick_ns;
+  uint64_t tick_ns;             /* the wheel's tick */
+  uint64_t stats_tick_ns;       /* the tick stats.ticks counts: the one asked for */
   uint64_t epoch_ns;            /* CLOCK_MONOTONIC at creation */
   uint64_t manual_now_ns;
   uint64_t next_seq;
@@ -55,6 +56,8 @@ uint64_t engine_monotonic_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t engine_epoch_ns(const engine *eng) { return eng->epoch_ns; }
 
 uint64_t engine_now(engine *eng) {
   return eng->manual_clock ? eng->manual_now_ns
@@ -134,7 +137,8 @@ static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_
   if (wheel_init(&eng->wheel, wheel_size)) goto no_wheel;
   if (pthread_mutex_init(&eng->lock, NULL)) goto no_lock;
   if (init_monotonic_cond(&eng->worker_cond)) goto no_cond;
-  eng->tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
+  eng->stats_tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
+  eng->tick_ns = manual_clock ? 1 : eng->stats_tick_ns;      /* exact manual deadlines */
   eng->manual_clock = manual_clock;
   eng->epoch_ns = manual_clock ? 0 : engine_monotonic_ns();
   eng->worker_wake_ns = ENGINE_NEVER;
@@ -186,7 +190,7 @@ engine *engine_acquire_shared(uint64_t tick_ns, uint32_t wheel_size) {
   uint32_t slots = wheel_round_size(wheel_size);
   pthread_mutex_lock(&all_engines_lock);
   engine *eng = all_engines;
-  while (eng && !(eng->shared && eng->tick_ns == tick_ns && eng->wheel.size == slots))
+  while (eng && !(eng->shared && eng->stats_tick_ns == tick_ns && eng->wheel.size == slots))
     eng = eng->fork_next;
   if (eng) {
     pthread_mutex_lock(&eng->lock);
@@ -320,7 +324,7 @@ static void arm_locked(engine *eng, timeout *t) {
  * runs. */
 static bool still_held_locked(const timeout *t) {
   return t->state == TIMEOUT_PENDING || t->state == TIMEOUT_DUE || t->state == TIMEOUT_HANDED ||
-         (t->state == TIMEOUT_RUNNING && t->interval_ns);
+         (t->state == TIMEOUT_RUNNING && t->periodic);
 }
 
 static void disarm_locked(engine *eng, timeout *t) {
@@ -574,7 +578,8 @@ int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval
   if (result == TQ_OK) {
     t->owner = q;
     t->deadline_ns = deadline_after(now_ns, delay_ns);
-    t->interval_ns = interval_ns;
+    t->periodic = interval_ns != 0;
+    t->period_ns = t->periodic ? interval_ns : delay_ns;
     t->seq = eng->next_seq++;
     t->has_run = false;
     q->stats.pending++;
@@ -617,15 +622,38 @@ static timeout *take_due_locked(timer_queue *q, uint64_t seq_limit) {
   return t;
 }
 
+static unsigned late_bucket(uint64_t late_ns) {
+  if (late_ns == 0) return 0;
+  if (late_ns < (UINT64_C(1) << LATE_FIRST_POWER)) return 1;
+  unsigned power = 63u - (unsigned)__builtin_clzll(late_ns);
+  unsigned sub = (unsigned)(late_ns >> (power - LATE_SUB_BITS)) & (LATE_SUB_BUCKETS - 1);
+  return 2 + (power - LATE_FIRST_POWER) * LATE_SUB_BUCKETS + sub;
+}
+
+/* The middle of a bucket: what every lateness in it reads as. */
+static uint64_t late_bucket_middle(unsigned bucket) {
+  if (bucket == 0) return 0;
+  if (bucket == 1) return UINT64_C(1) << (LATE_FIRST_POWER - 1);
+  unsigned power = LATE_FIRST_POWER + (bucket - 2) / LATE_SUB_BUCKETS;
+  uint64_t width = UINT64_C(1) << (power - LATE_SUB_BITS);
+  uint64_t low = (UINT64_C(1) << power) + ((bucket - 2) % LATE_SUB_BUCKETS) * width;
+  return low + width / 2;
+}
+
+static void record_lateness_locked(timer_queue *q, uint64_t late_ns) {
+  if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
+  q->lateness.count[late_bucket(late_ns)]++;
+  q->lateness.total++;
+}
+
 static void start_locked(engine *eng, timeout *t) {
   timer_queue *q = t->owner;
   t->state = TIMEOUT_RUNNING;
   t->has_run = true;
   q->stats.fired++;
   uint64_t now_ns = engine_now(eng);
-  uint64_t late_ns = now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0;
-  if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
-  if (!t->interval_ns) q->stats.pending--;
+  record_lateness_locked(q, now_ns > t->deadline_ns ? now_ns - t->deadline_ns : 0);
+  if (!t->periodic) q->stats.pending--;
 }
 
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
@@ -678,20 +706,54 @@ static uint64_t next_beat(uint64_t last_deadline_ns, uint64_t interval_ns, uint6
   return deadline_after(last_deadline_ns, beats * interval_ns);
 }
 
-bool tq_finish(timeout *t) {
+bool tq_finish(timeout *t, uint64_t seq) {
   timer_queue *q = t->owner;
   engine *eng = lock_engine(q);
   if (!eng) return false;
-  bool rearmed = t->state == TIMEOUT_RUNNING && t->interval_ns && !q->stopped;
-  if (rearmed) {
-    t->deadline_ns = next_beat(t->deadline_ns, t->interval_ns, engine_now(eng));
+  bool held;
+  if (t->seq != seq) {                            /* reset while it ran */
+    held = still_held_locked(t);
+  } else if (t->state == TIMEOUT_RUNNING && t->periodic && !q->stopped) {
+    t->deadline_ns = next_beat(t->deadline_ns, t->period_ns, engine_now(eng));
     t->seq = eng->next_seq++;
     arm_locked(eng, t);
-  } else if (t->state == TIMEOUT_RUNNING) {
-    t->state = TIMEOUT_DONE;
+    held = true;
+  } else {
+    if (t->state == TIMEOUT_RUNNING) t->state = TIMEOUT_DONE;
+    held = false;
   }
   pthread_mutex_unlock(&eng->lock);
-  return rearmed;
+  return held;
+}
+
+int tq_reset(timeout *t, uint64_t delay_ns) {
+  timer_queue *q = t->owner;
+  engine *eng = q->eng;
+  if (!eng) return TQ_STOPPED;
+  uint64_t now_ns = engine_now(eng);              /* outside the lock */
+  pthread_mutex_lock(&eng->lock);
+  bool pending = still_held_locked(t);
+  int result = TQ_OK;
+  if (q->stopped) result = TQ_STOPPED;
+  else if (!pending && q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
+  else result = ensure_worker_locked(eng);
+  if (result == TQ_OK) {
+    disarm_locked(eng, t);
+    if (!pending) q->stats.pending++;
+    t->deadline_ns = deadline_after(now_ns, delay_ns);
+    t->seq = eng->next_seq++;
+    t->has_run = false;
+    arm_locked(eng, t);
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return result;
+}
+
+/* stats.ticks counts the tick asked for, also on a manual clock's
+ * nanosecond wheel. */
+static uint64_t ticks_passed_locked(const engine *eng, const timer_queue *q) {
+  uint64_t wheel_ticks_per_tick = eng->stats_tick_ns / eng->tick_ns;
+  return eng->wheel.now_tick / wheel_ticks_per_tick - q->first_tick / wheel_ticks_per_tick;
 }
 
 /* Marks an unlinked timeout of a stopping queue ended and appends it. */
@@ -741,7 +803,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   }
   end_unheld_locked(eng, q, ended);
   q->stats.pending = 0;
-  q->stats.ticks = eng->wheel.now_tick - q->first_tick;
+  q->stats.ticks = ticks_passed_locked(eng, q);
   q->stopped = true;
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
@@ -792,6 +854,69 @@ uint64_t tq_next_due(timer_queue *q) {
   return due_ns > now_ns ? due_ns - now_ns : 0;
 }
 
+uint64_t tq_deadline(timeout *t) {
+  engine *eng = lock_engine(t->owner);
+  uint64_t deadline_ns = t->deadline_ns;
+  if (eng) pthread_mutex_unlock(&eng->lock);
+  return deadline_ns;
+}
+
+/* Deadlines and seqs change only on the thread that owns q's timeouts (the
+ * caller), so they are sorted outside the lock. */
+int tq_select_pending(timer_queue *q, timeout **held, size_t count, size_t *kept) {
+  *kept = 0;
+  engine *eng = lock_engine(q);
+  if (!eng) return TQ_OK;
+  for (size_t i = 0; i < count; i++)
+    if (held[i]->owner == q && !q->stopped && still_held_locked(held[i])) held[(*kept)++] = held[i];
+  pthread_mutex_unlock(&eng->lock);
+  if (*kept < 2) return TQ_OK;
+  struct due_entry *entries = malloc(*kept * sizeof *entries);
+  if (!entries) return TQ_NO_MEMORY;
+  for (size_t i = 0; i < *kept; i++)
+    entries[i] = (struct due_entry){held[i]->deadline_ns, held[i]->seq, held[i]};
+  sort_entries(entries, *kept);
+  for (size_t i = 0; i < *kept; i++) held[i] = entries[i].t;
+  free(entries);
+  return TQ_OK;
+}
+
+uint64_t tq_step_manual(timer_queue *q, uint64_t until_ns, bool *due) {
+  *due = false;
+  engine *eng = lock_engine(q);
+  if (!eng) return 0;
+  uint64_t tick;
+  if (!q->due.head && !q->stopped) {
+    uint64_t to_ns = until_ns;
+    if (q->armed && wheel_first_deadline(&eng->wheel, owned_by, q, &tick) && tick < to_ns)
+      to_ns = tick;                               /* the wheel ticks in ns here */
+    if (to_ns > eng->manual_now_ns) {
+      eng->manual_now_ns = to_ns > ENGINE_MAX_DELAY_NS ? ENGINE_MAX_DELAY_NS : to_ns;
+      collect_locked(eng, eng->manual_now_ns);
+    }
+  }
+  uint64_t now_ns = eng->manual_now_ns;
+  *due = q->due.head != NULL && !q->stopped;
+  pthread_mutex_unlock(&eng->lock);
+  return now_ns;
+}
+
+uint64_t tq_late_percentile(timer_queue *q, unsigned percent) {
+  engine *eng = lock_engine(q);
+  const late_histogram *h = &q->lateness;
+  uint64_t rank = h->total / 100 * percent + (h->total % 100 * percent + 99) / 100;
+  uint64_t seen = 0, middle = 0;
+  for (unsigned bucket = 0; rank > 0 && bucket < LATE_BUCKETS; bucket++) {
+    seen += h->count[bucket];
+    if (seen >= rank) {
+      middle = late_bucket_middle(bucket);
+      break;
+    }
+  }
+  if (eng) pthread_mutex_unlock(&eng->lock);
+  return middle;
+}
+
 uint64_t tq_due_at(timeout *t) {
   engine *eng = lock_engine(t->owner);
   if (!eng) return ENGINE_NEVER;
@@ -813,7 +938,7 @@ void tq_get_stats(timer_queue *q, tq_stats *out) {
   }
   if (!q->stopped) {
     collect_locked(eng, engine_now(eng));
-    q->stats.ticks = eng->wheel.now_tick - q->first_tick;
+    q->stats.ticks = ticks_passed_locked(eng, q);
   }
   q->stats.worker_wakeups = eng->worker_wakeups;
   *out = q->stats;

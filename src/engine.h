@@ -24,6 +24,8 @@
  * Time: nanoseconds since the engine's epoch (CLOCK_MONOTONIC at creation,
  * or 0 for a manual clock). Deadline ticks are rounded up, so nothing fires
  * early; delays are clamped to ENGINE_MAX_DELAY_NS; ENGINE_NEVER means never.
+ * A manual clock's wheel ticks in nanoseconds, so its deadlines are exact
+ * (the tick it was made with only counts stats.ticks).
  *
  * Threads: every tq_* call may come from any thread; the mutex is held only
  * for list work (O(1) per timeout, plus sorting the timeouts that fall due
@@ -62,9 +64,11 @@ typedef struct timeout {
   timer_queue *owner;
   uint64_t deadline_ns;                   /* ENGINE_NEVER: never fires */
   uint64_t seq;                           /* ties between equal deadlines */
-  uint64_t interval_ns;                   /* 0 for a one-shot */
+  uint64_t period_ns;                     /* a periodic's interval, a one-shot's
+                                             delay: what a reset re-arms with */
   uint8_t state;                          /* enum timeout_state */
   bool has_run;
+  bool periodic;
 } timeout;
 
 typedef struct tq_stats {
@@ -73,6 +77,18 @@ typedef struct tq_stats {
   uint64_t late_max_ns;                   /* largest start - deadline */
   uint64_t worker_wakeups;                /* of the engine's worker */
 } tq_stats;
+
+/* Lateness (start - deadline) of every task started: one bucket for 0, one
+ * for 1..511 ns, then LATE_SUB_BUCKETS per power of two up to 2^63, so that
+ * a bucket's middle is within 1/16 of any value in it. O(1) per task. */
+#define LATE_SUB_BITS 3
+#define LATE_SUB_BUCKETS (1 << LATE_SUB_BITS)
+#define LATE_FIRST_POWER 9                 /* 512 ns */
+#define LATE_BUCKETS (2 + (64 - LATE_FIRST_POWER) * LATE_SUB_BUCKETS)
+typedef struct late_histogram {
+  uint64_t count[LATE_BUCKETS];
+  uint64_t total;
+} late_histogram;
 
 /* Fields are private to engine.c; the struct is public so that a caller can
  * embed it (the Lua binding keeps it inside the Timer userdata). */
@@ -87,6 +103,7 @@ struct timer_queue {
   uint64_t first_tick;                    /* the wheel's tick at tq_init */
   uint64_t max_pending;                   /* 0: unlimited */
   tq_stats stats;
+  late_histogram lateness;
 };
 
 enum tq_result { TQ_OK = 0, TQ_STOPPED, TQ_FULL, TQ_NO_THREAD, TQ_NO_MEMORY };
@@ -105,6 +122,8 @@ uint32_t engine_wheel_size(const engine *eng);
 void engine_advance_manual(engine *eng, uint64_t delta_ns);
 /* Nanoseconds of CLOCK_MONOTONIC. */
 uint64_t engine_monotonic_ns(void);
+/* CLOCK_MONOTONIC at the engine's time 0 (0 for a manual clock). */
+uint64_t engine_epoch_ns(const engine *eng);
 
 /* Attaches q to eng (taking a reference). Returns TQ_OK or TQ_NO_MEMORY. */
 int tq_init(timer_queue *q, engine *eng, uint64_t max_pending);
@@ -117,15 +136,24 @@ void tq_destroy(timer_queue *q);
 int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval_ns);
 /* true if this call cancelled t: its task will not start again. */
 bool tq_cancel(timeout *t);
+/* Re-arms t, in whatever state, to fall due delay_ns from now, with a new
+ * seq: it is pending again (counted by tq_pending, returned by tq_stop as
+ * never run), a hand-off of it is void, and a run of it that goes on is no
+ * longer finished by tq_finish. A periodic one beats every period from the
+ * new deadline. O(1), no allocation. TQ_FULL only when t was not pending and
+ * the queue is at max_pending; TQ_STOPPED once q stopped. */
+int tq_reset(timeout *t, uint64_t delay_ns);
 
 /* A poll: tq_poll_begin brings the wheel up to now and returns the limit to
  * pass to tq_pop_due, which hands out due timeouts scheduled before the poll
  * began (so a task's own new timeouts wait for the next poll). The caller
- * runs the task, then calls tq_finish, which re-arms a periodic timeout and
- * returns true if t is still pending (the caller must keep it alive). */
+ * runs the task, then calls tq_finish(t, seq) with t->seq as it was popped,
+ * which re-arms a periodic timeout and returns true if t is still pending
+ * (the caller must keep it alive). If t was reset meanwhile, tq_finish only
+ * says whether it is still pending. */
 uint64_t tq_poll_begin(timer_queue *q);
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit);
-bool tq_finish(timeout *t);
+bool tq_finish(timeout *t, uint64_t seq);
 
 /* A poll in two steps, for callers that start each task later, elsewhere (a
  * coroutine of its own): tq_hand_due takes the next due timeout as
@@ -148,6 +176,24 @@ uint64_t tq_next_due(timer_queue *q);
 /* When t falls due, in nanoseconds of the engine's clock: its deadline
  * rounded up to the tick while armed, 0 once due, ENGINE_NEVER otherwise. */
 uint64_t tq_due_at(timeout *t);
+/* t's deadline on the engine's clock (ENGINE_NEVER: never). */
+uint64_t tq_deadline(timeout *t);
+
+/* Keeps, of the `count` timeouts at `held`, those of q still pending (as
+ * tq_pending counts them), in (deadline, seq) order, and sets *kept to how
+ * many. Only the thread that owns q's timeouts may call it. TQ_OK, or
+ * TQ_NO_MEMORY (for the sort). */
+int tq_select_pending(timer_queue *q, timeout **held, size_t count, size_t *kept);
+
+/* Manual clock only: moves time forward to the earliest deadline among q's
+ * armed timeouts, or to until_ns if that comes first, and brings the wheel
+ * up to it; never backwards, and not at all while one of q's is due or once
+ * q stopped. Returns the clock; *due tells whether one of q's is due. */
+uint64_t tq_step_manual(timer_queue *q, uint64_t until_ns, bool *due);
+
+/* Nearest-rank percentile (1..100) of the lateness histogram, in ns: the
+ * middle of its bucket (0 for exactly 0); 0 when no task has started. */
+uint64_t tq_late_percentile(timer_queue *q, unsigned percent);
 
 /* Ends q: every pending timeout is unlinked and appended to `ended`, in
  * (deadline, seq) order: CANCELLED if it never ran, DONE if it is a periodic

@@ -83,6 +83,7 @@ typedef struct lhwt_timer {
   bool manual_clock;
   bool shared_engine;
   uint64_t tick_ns;
+  uint64_t epoch_ns;            /* CLOCK_MONOTONIC at its clock's 0 (0: manual) */
   uint32_t wheel_size;
   bool has_watcher;             /* its Timer's TIMER_UV_WATCHER is set */
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
@@ -107,7 +108,8 @@ typedef struct lhwt_timeout {
   int anchor_ref;               /* LUA_NOREF while not anchored */
   uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
-  bool in_drain;                /* taken by a drain, not yet finished: anchored */
+  uint16_t drains;              /* drains that took it and have not finished it:
+                                   while > 0 it stays anchored (see dispatch) */
 } lhwt_timeout;
 
 /* A drain: one draining call's hold on the timeouts it runs (see the
@@ -116,7 +118,8 @@ typedef struct drain {
   lhwt_timer *tm;               /* its queue userdata: user value 1 */
   uint64_t seq_limit;           /* a poll: what was scheduled before it began */
   uint64_t handed_seq;          /* a hand-off: the seq its timeout was handed under */
-  lhwt_timeout *current;        /* taken, not yet finished (in_drain, so anchored) */
+  lhwt_timeout *current;        /* taken, not yet finished (so anchored) */
+  uint64_t current_seq;         /* its seq when taken: a reset changes it */
   lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
@@ -346,9 +349,23 @@ static bool state_can_stop_timers(lua_State *L, state_timers *home) {
  * timeouts scheduled before it began; a hand-off's drain holds one timeout
  * handed to `spawn` and starts it once. take() records the timeout it takes
  * as the drain's current one, and ends it (re-arms a periodic one, or
- * releases the anchor) when it is called again, or finish() does. A drain abandoned with a current timeout (its
- * coroutine dropped while the task was suspended) finishes it in __gc; one
- * whose hand-off never started gives it back to the due list there. */
+ * releases the anchor) when it is called again, or finish() does. A drain
+ * abandoned with a current timeout (its coroutine dropped while the task was
+ * suspended) finishes it in __gc; one whose hand-off never started gives it
+ * back to the due list there. A task that resets its timeout and waits may
+ * see it taken again by another drain before it finishes: a timeout counts
+ * the drains that hold it, and its anchor goes only when none does and the
+ * engine has let it go. */
+
+/* The count sticks at its top (65,535 suspended runs of one timeout): the
+ * timeout then stays anchored until its timer stops. */
+static void count_drain_in(lhwt_timeout *to) {
+  if (to->drains < UINT16_MAX) to->drains++;
+}
+
+static void count_drain_out(lhwt_timeout *to) {
+  if (to->drains < UINT16_MAX) to->drains--;
+}
 
 static int traceback_handler(lua_State *L) {
   const char *message = lua_tostring(L, 1);
@@ -490,23 +507,25 @@ static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
 }
 
 /* Ends the drain's current timeout (index 1: the drain): a periodic one is
- * re-armed (its watcher told), any other let go. A taken timeout stays
- * anchored until here (cancel() and stop() leave its anchor to the drain),
- * so the drain need not hold it otherwise. */
+ * re-armed (its watcher told); any other is let go, unless a reset armed it
+ * again or another drain holds it. A taken timeout stays anchored until
+ * here (cancel() and stop() leave its anchor to the drain), so the drain
+ * need not hold it otherwise. */
 static void finish_current(lua_State *L, drain *d) {
   lhwt_timeout *to = d->current;
   if (!to) return;
   d->current = NULL;
-  to->in_drain = false;
-  if (tq_finish(&to->node)) {
-    if (!d->tm->has_watcher) return;
+  count_drain_out(to);
+  bool still_pending = tq_finish(&to->node, d->current_seq);
+  if (still_pending && d->tm->has_watcher) {
     compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
     tell_if_earlier(L, d->tm, -1, to);
-  } else {
+    lua_pop(L, 1);
+  } else if (!still_pending && to->drains == 0) {
     compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
     unanchor(L, lua_gettop(L), to);
+    lua_pop(L, 1);
   }
-  lua_pop(L, 1);
 }
 
 /* internal.take(drain) -> finishes the drain's current timeout, then
@@ -526,8 +545,9 @@ static int internal_take(lua_State *L) {
   }
   if (!to) return 0;
   d->current = to;
+  d->current_seq = to->node.seq;
   d->taken++;
-  to->in_drain = true;
+  count_drain_in(to);
   push_anchored(L, to);
   /* The probe made room for the most arguments, but a collection may have
    * shrunk the stack since: growing it again can only fail for memory, and
@@ -676,7 +696,6 @@ static int timer_every(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   luaL_argcheck(L, luaL_checknumber(L, 2) > 0, 2, "interval must be > 0");
   uint64_t interval_ns = check_delay_ns(L, 2, "interval");
-  if (interval_ns == ENGINE_NEVER) return schedule(L, tm, ENGINE_NEVER, ENGINE_MAX_DELAY_NS);
   if (interval_ns == 0) interval_ns = 1;         /* below a nanosecond */
   return schedule(L, tm, interval_ns, interval_ns);
 }
@@ -691,13 +710,50 @@ static int timer_wait(lua_State *L) {
   return 1;
 }
 
+static lhwt_timer *check_manual_timer(lua_State *L, int idx, const char *fname) {
+  lhwt_timer *tm = check_timer(L, idx);
+  if (!tm->manual_clock)
+    luaL_error(L, "%s() needs a timer created with clock = \"manual\"", fname);
+  return tm;
+}
+
+/* internal.clock_mark(timer, seconds) -> the manual clock's time `seconds`
+ * from now, in a userdata (nanoseconds, exact on every Lua). */
+static int internal_clock_mark(lua_State *L) {
+  lhwt_timer *tm = check_manual_timer(L, 1, "run_for");
+  uint64_t delta_ns = seconds_to_ns(luaL_checknumber(L, 2));
+  uint64_t *mark_ns = compat_newuserdata(L, sizeof *mark_ns, 0);
+  uint64_t now_ns = tm->initialized ? engine_now(tm->queue.eng) : 0;
+  *mark_ns = delta_ns > ENGINE_MAX_DELAY_NS - now_ns ? ENGINE_MAX_DELAY_NS : now_ns + delta_ns;
+  return 1;
+}
+
+/* internal.step_to(timer, mark) -> whether the manual clock is at the mark,
+ * whether it moved, and whether something is due: it moves to the timer's
+ * next deadline, or to the mark if that comes first (not while something
+ * is due). Once stopped, the timer is at its mark with nothing due. */
+static int internal_step_to(lua_State *L) {
+  lhwt_timer *tm = check_manual_timer(L, 1, "run_for");
+  const uint64_t *mark_ns = lua_touserdata(L, 2);
+  luaL_argcheck(L, mark_ns != NULL, 2, "clock mark expected");
+  bool due = false, moved = false, at_mark = true;
+  if (tm->initialized && !tq_is_stopped(&tm->queue)) {
+    uint64_t before_ns = engine_now(tm->queue.eng);
+    uint64_t now_ns = tq_step_manual(&tm->queue, *mark_ns, &due);
+    at_mark = now_ns >= *mark_ns;
+    moved = now_ns != before_ns;
+  }
+  lua_pushboolean(L, at_mark);
+  lua_pushboolean(L, moved);
+  lua_pushboolean(L, due);
+  return 3;
+}
+
 /* internal.advance_clock(timer, seconds): the manual clock's move, without
  * the poll (lua/hwt.lua checks the arguments and drains). */
 static int internal_advance_clock(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_timer *tm = check_manual_timer(L, 1, "advance");
   double seconds = luaL_checknumber(L, 2);
-  if (!tm->manual_clock)
-    return luaL_error(L, "advance() needs a timer created with clock = \"manual\"");
   if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
   return 0;
 }
@@ -764,7 +820,7 @@ static int timer_stats(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   tq_stats stats;
   tq_get_stats(&tm->queue, &stats);
-  lua_createtable(L, 0, 12);
+  lua_createtable(L, 0, 16);
   set_integer_field(L, "pending", stats.pending);
   set_integer_field(L, "due", stats.due);
   set_integer_field(L, "fired", stats.fired);
@@ -775,6 +831,10 @@ static int timer_stats(lua_State *L) {
   set_integer_field(L, "max_pending", tm->queue.max_pending);
   lua_pushnumber(L, ns_to_seconds(stats.late_max_ns));
   lua_setfield(L, -2, "late_max");
+  lua_pushnumber(L, ns_to_seconds(tq_late_percentile(&tm->queue, 50)));
+  lua_setfield(L, -2, "late_p50");
+  lua_pushnumber(L, ns_to_seconds(tq_late_percentile(&tm->queue, 99)));
+  lua_setfield(L, -2, "late_p99");
   lua_pushnumber(L, ns_to_seconds(tm->tick_ns));
   lua_setfield(L, -2, "tick");
   lua_pushstring(L, tm->manual_clock ? "manual" : "monotonic");
@@ -786,18 +846,28 @@ static int timer_stats(lua_State *L) {
   return 1;
 }
 
-/* The Timeouts anchored in the table at anchors_idx (the ones the engine
- * holds), in a malloc'd array (not Lua's allocator: this runs in __gc too).
- * NULL when there are none or memory is short. */
+/* The Timeouts anchored in the table at anchors_idx: every one the engine
+ * holds, and those that drains hold. */
+static size_t count_anchored(lua_State *L, int anchors_idx) {
+  size_t count = 0;
+  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
+    count += lua_type(L, -1) == LUA_TUSERDATA;
+  return count;
+}
+
+static void list_anchored(lua_State *L, int anchors_idx, timeout **out) {
+  size_t i = 0;
+  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
+    if (lua_type(L, -1) == LUA_TUSERDATA) out[i++] = lua_touserdata(L, -1);
+}
+
+/* The anchored Timeouts in a malloc'd array (not Lua's allocator: this runs
+ * in __gc too). NULL when there are none or memory is short. */
 static timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count) {
-  size_t capacity = 0;
-  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    capacity += lua_type(L, -1) == LUA_TUSERDATA;
-  *count = 0;
+  size_t capacity = count_anchored(L, anchors_idx);
   timeout **held = capacity ? malloc(capacity * sizeof *held) : NULL;
-  if (!held) return NULL;
-  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    if (lua_type(L, -1) == LUA_TUSERDATA) held[(*count)++] = lua_touserdata(L, -1);
+  *count = held ? capacity : 0;
+  if (held) list_anchored(L, anchors_idx, held);
   return held;
 }
 
@@ -829,9 +899,28 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
       lua_rawgeti(L, anchors_idx, to->anchor_ref);
       lua_rawseti(L, result_idx, ++count);
     }
-    if (!to->in_drain) unanchor(L, anchors_idx, to);   /* else its drain's finish does */
+    if (to->drains == 0) unanchor(L, anchors_idx, to);  /* else its drain's finish does */
   }
   lua_settop(L, result_idx);
+}
+
+/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. */
+static int timer_timeouts(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_settop(L, 1);
+  push_anchors(L, 1);
+  size_t count = count_anchored(L, 2);
+  timeout **held = compat_newuserdata(L, (count ? count : 1) * sizeof *held, 0);
+  list_anchored(L, 2, held);
+  size_t kept = 0;
+  if (tm->initialized && tq_select_pending(&tm->queue, held, count, &kept) != TQ_OK)
+    return luaL_error(L, "not enough memory");
+  lua_createtable(L, (int)kept, 0);
+  for (size_t i = 0; i < kept; i++) {
+    lua_rawgeti(L, 2, ((lhwt_timeout *)held[i])->anchor_ref);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
 }
 
 static int timer_stop(lua_State *L) {
@@ -1003,6 +1092,7 @@ static int hwt_new(lua_State *L) {
                     : engine_new(tm->tick_ns, (uint32_t)opts.wheel_size, opts.manual_clock);
   if (!eng) return luaL_error(L, "not enough memory for a wheel of %d slots", (int)opts.wheel_size);
   tm->wheel_size = engine_wheel_size(eng);
+  tm->epoch_ns = engine_epoch_ns(eng);
   int result = tq_init(&tm->queue, eng, (uint64_t)opts.max_pending);
   engine_release(eng);                           /* the queue holds it now */
   if (result != TQ_OK) return luaL_error(L, "cannot create the timer's wake-up descriptor");
@@ -1021,12 +1111,53 @@ static int hwt_new(lua_State *L) {
 static int timeout_cancel(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   bool cancelled = tq_cancel(&to->node);
-  if (cancelled && !to->in_drain) {           /* else its drain's finish unanchors */
+  if (cancelled && to->drains == 0) {         /* else its drain's finish unanchors */
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
     compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
     unanchor(L, lua_gettop(L), to);
   }
   lua_pushboolean(L, cancelled);
+  return 1;
+}
+
+/* t:reset([delay]) -> true, or nil and why (max_pending); raises once the
+ * timer stopped. Anchors t first when nothing held it (it ran or was
+ * cancelled): that may raise, and must not follow a re-arming. */
+static int timeout_reset(lua_State *L) {
+  lhwt_timeout *to = check_timeout(L, 1);
+  uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
+  lua_settop(L, 1);
+  compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+  lhwt_timer *tm = lua_touserdata(L, 2);
+  compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
+  bool anchored_here = to->anchor_ref == LUA_NOREF;
+  if (anchored_here) {
+    lua_pushvalue(L, 1);
+    to->anchor_ref = luaL_ref(L, 3);
+  }
+  int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
+  if (result == TQ_OK) {
+    if (tm->has_watcher) tell_if_earlier(L, tm, 2, to);
+    lua_pushboolean(L, true);
+    return 1;
+  }
+  if (anchored_here) unanchor(L, 3, to);
+  if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
+  lua_pushnil(L);
+  if (result == TQ_FULL)
+    push_refusal(L, tm->queue.max_pending);
+  else
+    lua_pushliteral(L, "cannot start the timer's worker thread");
+  return 2;
+}
+
+/* t:deadline() -> on the timer's clock (timer:now()); math.huge: never. */
+static int timeout_deadline(lua_State *L) {
+  lhwt_timeout *to = check_timeout(L, 1);
+  compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+  const lhwt_timer *tm = lua_touserdata(L, -1);
+  uint64_t deadline_ns = tq_deadline(&to->node);
+  lua_pushnumber(L, deadline_ns == ENGINE_NEVER ? HUGE_VAL : ns_to_seconds(tm->epoch_ns + deadline_ns));
   return 1;
 }
 
@@ -1095,7 +1226,7 @@ static const luaL_Reg timer_methods[] = {
   {"timeout", timer_timeout}, {"every", timer_every}, {"wait", timer_wait},
   {"pending", timer_pending}, {"now", timer_now}, {"fd", timer_fd},
   {"next_due", timer_next_due}, {"on_earlier", timer_on_earlier},
-  {"stats", timer_stats}, {"stop", timer_stop}, {NULL, NULL}
+  {"timeouts", timer_timeouts}, {"stats", timer_stats}, {"stop", timer_stop}, {NULL, NULL}
 };
 
 static const luaL_Reg timer_metamethods[] = {
@@ -1106,7 +1237,8 @@ static const luaL_Reg timer_metamethods[] = {
 static const luaL_Reg timeout_methods[] = {
   {"cancel", timeout_cancel}, {"is_cancelled", timeout_is_cancelled},
   {"is_expired", timeout_is_expired}, {"timer", timeout_timer},
-  {"task", timeout_task}, {"remaining", timeout_remaining_seconds}, {NULL, NULL}
+  {"task", timeout_task}, {"remaining", timeout_remaining_seconds},
+  {"reset", timeout_reset}, {"deadline", timeout_deadline}, {NULL, NULL}
 };
 
 static const luaL_Reg timeout_metamethods[] = {
@@ -1123,7 +1255,7 @@ static const luaL_Reg internal_functions[] = {
   {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
-  {NULL, NULL}
+  {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to}, {NULL, NULL}
 };
 
 /* Sets the functions of `functions` into the table at the top, each with the

@@ -265,7 +265,7 @@ static void run_one(stress *s, timeout *t, uint64_t *rng) {
     CHECK_HOT(atomic_load(&it->status) == ITEM_ARMED, s->n.bad_state);
   }
   if (rng_next(rng) % 64 == 0) sleep_ns(rng_next(rng) % (200 * US));   /* a slow task */
-  bool again = tq_finish(t);
+  bool again = tq_finish(t, t->seq);
   if (!it->periodic) {
     CHECK_HOT(!again, s->n.bad_state);
     int armed = ITEM_ARMED;

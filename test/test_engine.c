@@ -54,7 +54,7 @@ static size_t drain(timer_queue *q, timeout **out, size_t cap) {
   timeout *t;
   while (n < cap && (t = tq_pop_due(q, limit))) {
     out[n++] = t;
-    tq_finish(t);
+    tq_finish(t, t->seq);
   }
   return n;
 }
@@ -117,8 +117,8 @@ static void test_hand_off_and_next_due(void) {
   CHECK(tq_schedule(&q, &a, 15 * MS, 0) == TQ_OK);
   CHECK(tq_schedule(&q, &b, 20 * MS, 0) == TQ_OK);
   CHECK(tq_schedule(&q, &c, 20 * MS, 0) == TQ_OK);
-  CHECK(tq_next_due(&q) == 20 * MS);                       /* 15 ms rounds up */
-  CHECK(tq_due_at(&a) == 20 * MS && tq_due_at(&far) == 5000 * MS);
+  CHECK(tq_next_due(&q) == 15 * MS);                       /* exact: a manual clock */
+  CHECK(tq_due_at(&a) == 15 * MS && tq_due_at(&far) == 5000 * MS);
   engine_advance_manual(eng, 20 * MS);
   CHECK(tq_next_due(&q) == 0 && tq_due_at(&a) == 0);
   uint64_t seq_limit = tq_poll_begin(&q);
@@ -128,7 +128,7 @@ static void test_hand_off_and_next_due(void) {
   CHECK(tq_next_due(&q) == 4980 * MS);                     /* handed: not due */
   CHECK(tq_start(&a, a.seq) && a.state == TIMEOUT_RUNNING && tq_pending(&q) == 3);
   CHECK(!tq_start(&a, a.seq));                             /* once */
-  CHECK(!tq_finish(&a) && a.state == TIMEOUT_DONE);
+  CHECK(!tq_finish(&a, a.seq) && a.state == TIMEOUT_DONE);
   CHECK(tq_cancel(&b) && !tq_start(&b, b.seq));            /* cancel wins */
   tq_unhand(&c, c.seq + 1);                                /* another hand-off's */
   CHECK(c.state == TIMEOUT_HANDED);
@@ -188,7 +188,7 @@ static void test_worker_fires_in_order(void) {
       CHECK(engine_now(eng) >= due->deadline_ns);
       CHECK(due->deadline_ns >= last_deadline);
       last_deadline = due->deadline_ns;
-      tq_finish(due);
+      tq_finish(due, due->seq);
       fired++;
     }
   }
@@ -268,7 +268,7 @@ static void test_cancel_races_worker(void) {
     tq_wait(&q, 100 * MS);
     uint64_t limit = tq_poll_begin(&q);
     timeout *due;
-    while ((due = tq_pop_due(&q, limit))) { tq_finish(due); fired++; }
+    while ((due = tq_pop_due(&q, limit))) { tq_finish(due, due->seq); fired++; }
   }
   CHECK(fired + r.cancelled == N);
   size_t done = 0, cancelled = 0;
@@ -392,6 +392,114 @@ static __attribute__((unused)) void test_fork_child_gets_new_worker(void) {
   tq_destroy(&q);
 }
 
+/* tq_reset re-arms from any state with a new seq; a run it interrupts is no
+ * longer finished; a hand-off it overtakes is void; max_pending counts it
+ * only when it was not pending. */
+static void test_reset(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 2);
+  timeout a = {0}, b = {0}, c = {0};
+  CHECK(tq_schedule(&q, &a, 30 * MS, 0) == TQ_OK && a.period_ns == 30 * MS);
+  CHECK(tq_schedule(&q, &b, 30 * MS, 0) == TQ_OK);
+  uint64_t first_seq = a.seq;
+  CHECK(tq_reset(&a, 50 * MS) == TQ_OK && a.seq > b.seq && tq_pending(&q) == 2);
+  CHECK(tq_deadline(&a) == 50 * MS && tq_next_due(&q) == 30 * MS);
+  engine_advance_manual(eng, 30 * MS);                       /* b due */
+  CHECK(tq_reset(&b, 0) == TQ_OK && b.state == TIMEOUT_DUE && b.seq > first_seq);
+  uint64_t limit = tq_poll_begin(&q);
+  timeout *run = tq_pop_due(&q, limit);
+  CHECK(run == &b && tq_pending(&q) == 1);
+  uint64_t run_seq = b.seq;
+  CHECK(tq_reset(&b, 10 * MS) == TQ_OK && tq_pending(&q) == 2);   /* inside its own run */
+  CHECK(tq_finish(&b, run_seq) && b.state == TIMEOUT_PENDING);     /* not ended by it */
+  CHECK(tq_cancel(&b) && tq_pending(&q) == 1);
+  CHECK(tq_schedule(&q, &c, 0, 0) == TQ_OK && tq_pending(&q) == 2);
+  CHECK(tq_reset(&b, 0) == TQ_FULL && b.state == TIMEOUT_CANCELLED);  /* at max_pending */
+  CHECK(tq_reset(&c, 5 * MS) == TQ_OK);                      /* pending: allowed at the cap */
+  engine_advance_manual(eng, 5 * MS);
+  timeout *handed = tq_hand_due(&q, tq_poll_begin(&q));
+  CHECK(handed == &c);
+  uint64_t handed_seq = c.seq;
+  CHECK(tq_reset(&c, 1 * MS) == TQ_OK && !tq_start(&c, handed_seq) && tq_pending(&q) == 2);
+  timeout *const held[] = {&a, &b, &c};
+  wheel_list ended = {0};
+  tq_stop(&q, held, 3, &ended);
+  CHECK(ended.head == &c.link && c.link.next == &a.link && a.state == TIMEOUT_CANCELLED);
+  CHECK(tq_reset(&a, 0) == TQ_STOPPED);
+  tq_destroy(&q);
+}
+
+/* A periodic timeout reset while it runs beats from the new deadline on. */
+static void test_reset_periodic(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout p = {0};
+  CHECK(tq_schedule(&q, &p, 100 * MS, 100 * MS) == TQ_OK && p.periodic);
+  engine_advance_manual(eng, 100 * MS);
+  timeout *run = tq_pop_due(&q, tq_poll_begin(&q));
+  uint64_t run_seq = p.seq;
+  CHECK(run == &p && tq_reset(&p, 30 * MS) == TQ_OK && tq_pending(&q) == 1);
+  CHECK(tq_finish(&p, run_seq) && tq_deadline(&p) == 130 * MS);
+  engine_advance_manual(eng, 30 * MS);
+  run = tq_pop_due(&q, tq_poll_begin(&q));
+  CHECK(run == &p && tq_finish(&p, p.seq) && tq_deadline(&p) == 230 * MS);
+  tq_destroy(&q);
+}
+
+/* tq_select_pending keeps what tq_pending counts, in (deadline, seq) order. */
+static void test_select_pending(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout t[5] = {0};
+  uint64_t delays[5] = {40 * MS, ENGINE_NEVER, 20 * MS, 40 * MS, 10 * MS};
+  for (int i = 0; i < 5; i++) CHECK(tq_schedule(&q, &t[i], delays[i], 0) == TQ_OK);
+  CHECK(tq_cancel(&t[4]));
+  engine_advance_manual(eng, 20 * MS);                       /* t[2] due */
+  timeout *held[5] = {&t[0], &t[1], &t[2], &t[3], &t[4]};
+  size_t kept;
+  CHECK(tq_select_pending(&q, held, 5, &kept) == TQ_OK && kept == tq_pending(&q) && kept == 4);
+  CHECK(held[0] == &t[2] && held[1] == &t[0] && held[2] == &t[3] && held[3] == &t[1]);
+  tq_destroy(&q);
+}
+
+/* The manual clock steps to each deadline of the queue, never past until. */
+static void test_step_manual(void) {
+  timer_queue q;
+  open_queue(&q, 10 * MS, 8, true, 0);
+  timeout a = {0}, b = {0};
+  bool due;
+  CHECK(tq_schedule(&q, &a, 7 * MS, 0) == TQ_OK && tq_schedule(&q, &b, 3001 * MS, 0) == TQ_OK);
+  CHECK(tq_step_manual(&q, 1000 * MS, &due) == 7 * MS && due && a.state == TIMEOUT_DUE);
+  CHECK(tq_step_manual(&q, 1000 * MS, &due) == 7 * MS && due);   /* not while one is due */
+  CHECK(tq_pop_due(&q, tq_poll_begin(&q)) == &a);
+  CHECK(tq_step_manual(&q, 1000 * MS, &due) == 1000 * MS && !due && b.state == TIMEOUT_PENDING);
+  CHECK(tq_step_manual(&q, 9000 * MS, &due) == 3001 * MS && due && b.state == TIMEOUT_DUE);
+  CHECK(tq_step_manual(&q, 10 * MS, &due) == 3001 * MS);          /* never backwards */
+  tq_stop(&q, NULL, 0, NULL);
+  CHECK(tq_step_manual(&q, 9000 * MS, &due) == 3001 * MS && !due);
+  tq_destroy(&q);
+}
+
+/* Percentiles of the lateness histogram: nearest rank, within 1/16. */
+static void test_late_percentiles(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  CHECK(tq_late_percentile(&q, 50) == 0);
+  static timeout t[100];
+  for (int i = 0; i < 100; i++) CHECK(tq_schedule(&q, &t[i], (uint64_t)(i + 1) * MS, 0) == TQ_OK);
+  engine_advance_manual(eng, 1000 * MS);       /* lateness 999, 998, ... 900 ms */
+  timeout *out[100];
+  CHECK(drain(&q, out, 100) == 100);
+  uint64_t p50 = tq_late_percentile(&q, 50), p99 = tq_late_percentile(&q, 99);
+  CHECK(p50 >= 949 * MS - 949 * MS / 16 && p50 <= 949 * MS + 949 * MS / 16);
+  CHECK(p99 >= 998 * MS - 998 * MS / 16 && p99 <= 998 * MS + 998 * MS / 16);
+  CHECK(tq_late_percentile(&q, 1) <= p50);
+  timeout on_time = {0};
+  CHECK(tq_schedule(&q, &on_time, 0, 0) == TQ_OK && drain(&q, out, 1) == 1);
+  CHECK(q.lateness.count[0] == 1);                           /* exactly 0 */
+  tq_destroy(&q);
+}
+
 typedef struct test_case {
   const char *name;
   void (*run)(void);
@@ -401,6 +509,11 @@ static const test_case tests[] = {
   {"manual_order_and_boundaries", test_manual_order_and_boundaries},
   {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
   {"hand_off_and_next_due", test_hand_off_and_next_due},
+  {"reset", test_reset},
+  {"reset_periodic", test_reset_periodic},
+  {"select_pending", test_select_pending},
+  {"step_manual", test_step_manual},
+  {"late_percentiles", test_late_percentiles},
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
   {"worker_fires_in_order", test_worker_fires_in_order},

@@ -50,7 +50,8 @@
 -- The model (from /work/shared/API.md and src/):
 --  * seconds -> ns: (uint64)(seconds * 1e9 + 0.5), clamped to 2^62; math.huge = never;
 --    deadline = now + delay; the model keeps integer nanoseconds;
---  * due when floor(now / tick) >= ceil(deadline / tick), i.e. deadline <= floor(now/tick)*tick;
+--  * due when now >= deadline: the manual clock's deadlines are exact (the tick only counts
+--    stats().ticks);
 --  * a draining call (poll, advance's poll) runs due timeouts scheduled before it began,
 --    in (deadline, seq) order, at most `max`; advance(s) is now += s, then one poll();
 --  * a one-shot leaves pending() when it starts; a periodic stays pending while armed,
@@ -281,7 +282,7 @@ function Model:heap_top()                       -- the earliest valid pending no
   return nil
 end
 
-function Model:threshold() return (self.now // self.tick) * self.tick end
+function Model:threshold() return self.now end
 
 function Model:append_due(node)
   local last = self.due[self.dt]
