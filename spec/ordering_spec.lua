@@ -4,8 +4,10 @@
 -- cancel or raise) run against hwt and against a plain reference model, a
 -- list ordered by (deadline, sequence number). After every step the spec
 -- compares which tasks ran and in what order, the return values, pending(),
--- stats().due / fired / cancelled, the clock, and a sample of the timeouts'
--- states; at the end, stop() and "nothing lost".
+-- timeouts(), stats().due / fired / cancelled, the clock, and a sample of the
+-- timeouts' states and deadlines; at the end, stop() and "nothing lost".
+-- Timeouts are also reset(), from outside and by tasks (their own or
+-- another), in every state.
 --
 -- The model follows /work/shared/API.md and the agreed details:
 --  * seconds -> ns rounded to the nearest, delays clamped to 2^62 ns,
@@ -17,7 +19,11 @@
 --  * a periodic timeout is re-armed after its run with a new sequence number
 --    at the first grid point (first deadline + k * interval) strictly after
 --    now (missed beats skipped);
---  * a one-shot is no longer pending while its task runs; a periodic is.
+--  * a one-shot is no longer pending while its task runs; a periodic is;
+--  * reset(d) re-arms at now + d (default: the delay or interval it was made
+--    with) with a new sequence number, whatever the state; it is pending
+--    again (refused at max_pending unless it already was), is_expired() is
+--    false, and a run it interrupts does not re-arm a periodic.
 -- The PRNG is local (Park-Miller, 48271 mod 2^31 - 1), so math.random's state
 -- is untouched. All the model's arithmetic is on integral values below 2^53,
 -- exact in doubles, so it runs the same on every Lua (5.1 to 5.4, LuaJIT);
@@ -120,12 +126,48 @@ end
 
 function Model:cancel(id)
   local e = self.entries[id]
-  if not e or e.state ~= "live" or self.stopped then return false end
-  if e.running and not e.interval then return false end
+  if not e or not self.live[id] or self.stopped then return false end
   e.state = "cancelled"
-  if self.live[id] then self:unlive(e) end
+  self:unlive(e)
   self.cancelled = self.cancelled + 1
   return true
+end
+
+-- true, or "full" (nil, err); "stopped" raises.
+function Model:reset(id, seconds)
+  local e = self.entries[id]
+  if self.stopped then return "stopped" end
+  local pending = self.live[id] ~= nil
+  if not pending and self.cfg.max_pending > 0 and self.live_count >= self.cfg.max_pending then
+    return "full"
+  end
+  local delay = seconds and to_ns(seconds) or e.interval or to_ns(e.spec.seconds)
+  e.deadline = delay == NEVER and NEVER or self.now + delay
+  e.base = delay == MAX_DELAY_NS and self.now or nil
+  e.seq = self.next_seq
+  self.next_seq = self.next_seq + 1
+  e.state = "live"
+  e.expired = false
+  e.resets = (e.resets or 0) + 1
+  if e.running then e.reset_in_run = true end
+  if not pending then
+    self.live[id] = e
+    self.live_count = self.live_count + 1
+  end
+  return true
+end
+
+-- The live entries' ids in (deadline, seq) order: what timeouts() lists.
+function Model:pending_ids()
+  local list = {}
+  for _, e in pairs(self.live) do list[#list + 1] = e end
+  table.sort(list, function(a, b)
+    if a.deadline ~= b.deadline then return a.deadline < b.deadline end
+    return a.seq < b.seq
+  end)
+  local ids = {}
+  for i, e in ipairs(list) do ids[i] = e.id end
+  return ids
 end
 
 function Model:stop()
@@ -138,7 +180,7 @@ function Model:stop()
   end)
   local result = {}
   for _, e in ipairs(list) do
-    if e.runs > 0 then
+    if e.expired then
       e.state = "ended"                       -- a periodic that already ran
     else
       e.state = "stopped"
@@ -174,14 +216,16 @@ function Model:drain(max, perform)
     ran = ran + 1
     self.fired = self.fired + 1
     best.runs = best.runs + 1
+    best.expired = true
     best.running = true
+    best.reset_in_run = false
     if not best.interval then
       self:unlive(best)
       best.state = "ran"
     end
     perform(best)
     best.running = false
-    if best.interval and best.state == "live" and not self.stopped then
+    if best.interval and best.state == "live" and not self.stopped and not best.reset_in_run then
       best.deadline = next_beat(best.deadline, best.interval, self.now)
       best.seq = self.next_seq
       self.next_seq = self.next_seq + 1
@@ -237,6 +281,14 @@ local function run_scenario(cfg)
   local next_id = 1
   local timer
 
+  -- nil (the default delay), 0, or a delay of any kind
+  local function gen_reset_seconds()
+    local r = rng.int(1, 10)
+    if r <= 3 then return nil end
+    if r == 4 then return 0 end
+    return seconds_of(gen_delay_ns(rng, cfg, model.now))
+  end
+
   local function gen_spec(depth, periodic)
     local id = next_id
     next_id = next_id + 1
@@ -251,6 +303,7 @@ local function run_scenario(cfg)
       local a = rng.int(1, 100)
       if a <= 15 then spec.action = { kind = "error" }
       elseif a <= 35 then spec.action = { kind = "cancel_self_at", run = rng.int(1, 4) }
+      elseif a <= 45 then spec.action = { kind = "reset_self_at", run = rng.int(1, 3), seconds = gen_reset_seconds() }
       else spec.action = { kind = "none" } end
     else
       spec.seconds = seconds_of(gen_delay_ns(rng, cfg, model.now))
@@ -265,6 +318,10 @@ local function run_scenario(cfg)
         spec.action = { kind = "cancel", target = rng.int(1, next_id - 1) }
       elseif a <= 27 then
         spec.action = { kind = "error" }
+      elseif a <= 33 then
+        spec.action = { kind = "reset_self_at", run = rng.int(1, 2), seconds = gen_reset_seconds() }
+      elseif a <= 38 then
+        spec.action = { kind = "reset", target = rng.int(1, next_id - 1), seconds = gen_reset_seconds() }
       else
         spec.action = { kind = "none" }
       end
@@ -274,7 +331,7 @@ local function run_scenario(cfg)
   end
 
   -- the real side ------------------------------------------------------------
-  local real_task
+  local real_task, real_reset
   local function real_schedule(id)
     local spec = specs[id]
     local t, err
@@ -292,6 +349,23 @@ local function run_scenario(cfg)
     end
   end
 
+  -- The reset's outcome as a log entry: "T<id>=true", "=full" or "=stopped".
+  function real_reset(id, seconds)
+    local ok, result, err = pcall(handles[id].reset, handles[id], seconds)
+    local outcome
+    if not ok then
+      assert(tostring(result):find("timer is stopped", 1, true), result)
+      outcome = "stopped"
+    elseif result == nil then
+      assert(err:find("too many pending timeouts", 1, true), err)
+      outcome = "full"
+    else
+      assert(result == true, tostring(result))
+      outcome = "true"
+    end
+    return "T" .. id .. "=" .. outcome
+  end
+
   real_task = function(t, id)
     real_runs[id] = (real_runs[id] or 0) + 1
     local entry = "R" .. id .. "/" .. timer:pending()
@@ -299,7 +373,7 @@ local function run_scenario(cfg)
     real_log[#real_log + 1] = entry
     local action = specs[id].action
     if action.kind == "spawn" then
-      real_schedule(action.child)
+      if real_runs[id] == 1 then real_schedule(action.child) end  -- a reset one-shot runs again
     elseif action.kind == "cancel" then
       local h = handles[action.target]
       real_log[#real_log + 1] = "C" .. action.target .. "=" .. (h and tostring(h:cancel()) or "nil")
@@ -307,6 +381,11 @@ local function run_scenario(cfg)
       if real_runs[id] == action.run then
         real_log[#real_log + 1] = "C" .. id .. "=" .. tostring(t:cancel())
       end
+    elseif action.kind == "reset_self_at" then
+      if real_runs[id] == action.run then real_log[#real_log + 1] = real_reset(id, action.seconds) end
+    elseif action.kind == "reset" then
+      real_log[#real_log + 1] = handles[action.target] and real_reset(action.target, action.seconds)
+                                or "T" .. action.target .. "=nil"
     elseif action.kind == "stop" then
       local ids = {}
       for _, h in ipairs(timer:stop()) do ids[#ids + 1] = id_of[h] or "?" end
@@ -330,11 +409,14 @@ local function run_scenario(cfg)
   local function model_schedule(id)
     if not model:schedule(id, specs[id]) then model_log[#model_log + 1] = "X" .. id end
   end
+  local function model_reset(id, seconds)
+    return "T" .. id .. "=" .. tostring(model:reset(id, seconds))
+  end
   local function perform(e)
     model_log[#model_log + 1] = "R" .. e.id .. "/" .. model.live_count
     local action = e.spec.action
     if action.kind == "spawn" then
-      model_schedule(action.child)
+      if e.runs == 1 then model_schedule(action.child) end
     elseif action.kind == "cancel" then
       local target = model.entries[action.target]
       local result = (target and target.state ~= "refused") and tostring(model:cancel(action.target)) or "nil"
@@ -343,6 +425,12 @@ local function run_scenario(cfg)
       if e.runs == action.run then
         model_log[#model_log + 1] = "C" .. e.id .. "=" .. tostring(model:cancel(e.id))
       end
+    elseif action.kind == "reset_self_at" then
+      if e.runs == action.run then model_log[#model_log + 1] = model_reset(e.id, action.seconds) end
+    elseif action.kind == "reset" then
+      local target = model.entries[action.target]
+      model_log[#model_log + 1] = (target and target.state ~= "refused") and model_reset(action.target, action.seconds)
+                                  or "T" .. action.target .. "=nil"
     elseif action.kind == "stop" then
       model_log[#model_log + 1] = "S:" .. table.concat(model:stop(), ",")
     elseif action.kind == "error" then
@@ -365,6 +453,9 @@ local function run_scenario(cfg)
     if not model.stopped then
       expect_equal(model.now / 1e9, timer:now(), where .. ": now()")
     end
+    local listed = {}
+    for i, h in ipairs(timer:timeouts()) do listed[i] = id_of[h] or "?" end
+    expect_same_list(model:pending_ids(), listed, where .. ": timeouts()")
   end
 
   local function compare_timeout(step, id)
@@ -374,7 +465,10 @@ local function run_scenario(cfg)
       return
     end
     local where = ("seed %d step %d timeout %d"):format(cfg.seed, step, id)
-    expect_equal(e.runs > 0, h:is_expired(), where .. ": is_expired()")
+    expect_equal(e.expired == true, h:is_expired(), where .. ": is_expired()")
+    if not e.base then
+      expect_equal(e.deadline == NEVER and math.huge or e.deadline / 1e9, h:deadline(), where .. ": deadline()")
+    end
     expect_equal(e.state == "cancelled" or e.state == "stopped", h:is_cancelled(), where .. ": is_cancelled()")
     local remaining = 0
     if e.state == "live" and not model:is_due(e) then
@@ -401,6 +495,14 @@ local function run_scenario(cfg)
         local id = gen_spec(0, rng.int(1, 100) <= 4)
         real_schedule(id)
         model_schedule(id)
+      end
+    elseif r <= 46 then
+      local id = next_id > 1 and rng.int(1, next_id - 1)
+      local seconds = gen_reset_seconds()
+      what = "reset " .. tostring(id)
+      if id and handles[id] then
+        real_log[#real_log + 1] = real_reset(id, seconds)
+        model_log[#model_log + 1] = model_reset(id, seconds)
       end
     elseif r <= 52 then
       -- cancel, mostly a live one
@@ -439,6 +541,10 @@ local function run_scenario(cfg)
   -- the end: stop(), directly or from inside a task --------------------------------------
   local stopped_ids
   if cfg.stop_inside then
+    if cfg.max_pending > 0 and model.live_count >= cfg.max_pending then   -- room for the stop task
+      local ids = model:pending_ids()
+      assert.are.equal(model:cancel(ids[1]), handles[ids[1]]:cancel())
+    end
     local id = next_id
     next_id = next_id + 1
     specs[id] = { id = id, seconds = 0, action = { kind = "stop" } }
@@ -473,13 +579,13 @@ local function run_scenario(cfg)
       counted = counted + 1
       compare_timeout(cfg.steps + 2, id)
       local ran = (real_runs[id] or 0) > 0
-      if not e.interval then
+      if not e.interval and not e.resets then
         local ways = (ran and 1 or 0) + (h:is_cancelled() and 1 or 0)
         assert.are.equal(1, ways, "timeout " .. id .. " did not end exactly one way")
         assert.is_true((real_runs[id] or 0) <= 1, "timeout " .. id .. " ran twice")
       end
       if stopped_ids[id] then
-        assert.is_false(ran)
+        assert.is_true(not ran or e.resets ~= nil)
         assert.is_true(h:is_cancelled())
       end
     end
@@ -500,7 +606,7 @@ describe("differential test against a reference model (manual clock)", function(
         cfg.seed, cfg.tick_ns, cfg.wheel_size, cfg.max_pending, cfg.steps,
         cfg.stop_inside and "inside a task" or "at the end"), function()
       local counted = run_scenario(cfg)
-      assert.is_true(counted > cfg.steps / 2, "too few timeouts were exercised: " .. counted)
+      assert.is_true(counted > cfg.steps / 3, "too few timeouts were exercised: " .. counted)
     end)
   end
 

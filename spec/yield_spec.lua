@@ -1800,3 +1800,105 @@ describe("functions that refer to their timer", function()
     assert.is_nil(weak.timer)
   end)
 end)
+
+describe("t:reset() across drains and yields", function()
+  it("a one-shot that resets itself and yields is taken again by another drain; both runs end cleanly", function()
+    if not YIELDS then return end
+    local timer, errors = collecting()
+    local log, runs = {}, 0
+    local t = timer:timeout(1, function(self)
+      runs = runs + 1
+      local run = runs == 1 and "first" or "second"
+      log[#log + 1] = run
+      assert.is_true(self:reset(1))
+      coroutine.yield(run)
+      log[#log + 1] = run .. " resumed"
+    end)
+    local co_a, got_a = start(function() return timer:advance(1) end)
+    assert.are.same({ true, "first" }, first(got_a, 2))
+    assert.are.equal(1, timer:pending())
+    local co_b, got_b = start(function() return timer:advance(1) end)
+    assert.are.same({ true, "second" }, first(got_b, 2))
+    assert.are.same({ true, 1 }, first(resume(co_a), 2))   -- A's run ends: t stays armed
+    assert.are.equal(1, timer:pending())
+    assert.is_false(t:is_expired())
+    assert.are.same({ true, 1 }, first(resume(co_b), 2))
+    assert.are.same({ "first", "second", "first resumed", "second resumed" }, log)
+    assert.are.equal(1, timer:pending())                             -- the second reset holds
+    assert.are.equal(timer:now() + 1, t:deadline())
+    assert.is_true(t:cancel())
+    collectgarbage()
+    assert.are.same({}, timer:timeouts())
+    assert.are.equal(0, #errors)
+  end)
+
+  it("a reset while its task is suspended re-arms it; the run, resumed, does not end it", function()
+    if not YIELDS then return end
+    local timer = collecting()
+    local runs = 0
+    local t = timer:timeout(1, function()
+      runs = runs + 1
+      if runs == 1 then coroutine.yield() end
+    end)
+    local co = start(function() return timer:advance(1) end)
+    assert.are.equal(0, timer:pending())
+    assert.is_true(t:reset(2))                     -- from outside, mid-run
+    assert.are.equal(1, timer:pending())
+    resume(co)
+    assert.are.equal(1, timer:pending())
+    assert.are.same({ t }, timer:timeouts())
+    assert.are.equal(1, timer:advance(2))
+    assert.are.equal(2, runs)
+    assert.are.equal(0, timer:pending())
+  end)
+
+  it("a cancel after such a reset releases the timeout once no drain holds it", function()
+    if not YIELDS then return end
+    local timer = collecting()
+    local collected = setmetatable({}, { __mode = "k" })
+    local co
+    do
+      local t = timer:timeout(1, function() coroutine.yield() end)
+      collected[t] = true
+      co = start(function() return timer:advance(1) end)
+      assert.is_true(t:reset(5))
+      assert.is_true(t:cancel())
+    end
+    collectgarbage(); collectgarbage()
+    assert.is_not_nil(next(collected))              -- the suspended drain still holds it
+    resume(co)
+    co = nil
+    collectgarbage(); collectgarbage()
+    assert.is_nil(next(collected))
+    assert.are.equal(0, timer:pending())
+  end)
+
+  it("a reset of a timeout handed to spawn voids the hand-off; it runs at its new deadline", function()
+    local timer = collecting()
+    local fns, ran = {}, 0
+    local t = timer:timeout(0, function() ran = ran + 1 end)
+    assert.are.equal(1, timer:poll(nil, function(fn) fns[#fns + 1] = fn end))
+    assert.is_true(t:reset(1))
+    assert.are.equal(1, timer:pending())
+    fns[1]()
+    assert.are.equal(0, ran)
+    assert.is_false(t:is_expired())
+    assert.are.equal(0, timer:advance(0.999))
+    assert.are.equal(1, timer:advance(0.001))
+    assert.are.equal(1, ran)
+    assert.are.equal(0, timer:pending())
+  end)
+
+  it("on_earlier hears of a reset that makes the next deadline earlier", function()
+    local timer = collecting()
+    local heard = {}
+    local t = timer:timeout(10, noop)
+    timer:timeout(5, noop)
+    timer:on_earlier(function(seconds) heard[#heard + 1] = seconds end)
+    assert.are.equal(5, timer:next_due())
+    assert.is_true(t:reset(8))
+    assert.are.same({}, heard)
+    assert.is_true(t:reset(2))
+    assert.are.same({ 2 }, heard)
+  end)
+end)

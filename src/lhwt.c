@@ -45,7 +45,7 @@
 #include <dlfcn.h>
 #endif
 
-#define HWT_VERSION "hwt 0.1.0"
+#define HWT_VERSION "hwt 0.2.0"
 #define TIMER_MT "hwt.Timer"
 #define TIMEOUT_MT "hwt.Timeout"
 #define QUEUE_MT "hwt.queue"
