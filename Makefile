@@ -25,21 +25,11 @@ RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-nginx soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas
 
-# The default (lua5.4) build is also copied to hwt/core.so, where bench/,
-# the examples and `luarocks`-less setups find it (LUA_CPATH='./?.so;;').
-ifeq ($(LUA),lua5.4)
-all: $(MODULE) hwt/core.so
-else
 all: $(MODULE)
-endif
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
-
-hwt/core.so: $(MODULE)
-	@mkdir -p hwt
-	cp $< $@
 
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
@@ -182,10 +172,10 @@ bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
 clean:
-	rm -rf $(BUILD) hwt
+	rm -rf $(BUILD)
 
 help:
-	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit; lua5.4 also hwt/core.so)"
+	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"
