@@ -132,7 +132,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
-  run_counted "luarocks install ($LUA)" env LUA="$LUA" sh test/luarocks_test.sh
+  run_counted "luarocks install (5.4, 5.1)" sh test/luarocks_test.sh
   run_counted "bench-quick smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 
