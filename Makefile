@@ -23,23 +23,35 @@ CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-nginx soak chaos fuzz clean help deps deps-check \
-        test-all-luas all-luas
+        test-all-luas all-luas rock rock-install
 
-# The default (lua5.4) build is also copied to hwt/core.so, where bench/,
-# the examples and `luarocks`-less setups find it (LUA_CPATH='./?.so;;').
-ifeq ($(LUA),lua5.4)
-all: $(MODULE) hwt/core.so
-else
 all: $(MODULE)
-endif
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
 
-hwt/core.so: $(MODULE)
-	@mkdir -p hwt
-	cp $< $@
+# LuaRocks' two passes (hwt-scm-1.rockspec, build.type "make"), with the
+# headers, flags, interpreter and install directories that LuaRocks passes.
+# The module is compiled afresh each time: LuaRocks can be configured with
+# other headers or flags for the same interpreter between two runs, and make
+# would not see it.
+ROCK_LUA   ?= $(LUA)
+ROCK_OUT    = $(BUILD)/rock-$(notdir $(ROCK_LUA))
+LIBFLAG    ?= -shared
+
+rock:
+	@test -n "$(LUA_INCDIR)" || { echo "make rock: no LUA_INCDIR (luarocks make hwt-scm-1.rockspec passes it)"; exit 1; }
+	@mkdir -p $(ROCK_OUT)/hwt
+	$(CC) -std=c11 $(CFLAGS) -fPIC -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
+
+rock-install:
+	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" || \
+	  { echo "make rock-install: no INST_LIBDIR or INST_LUADIR (luarocks passes them)"; exit 1; }
+	mkdir -p "$(INST_LIBDIR)/hwt" "$(INST_LUADIR)/hwt"
+	cp $(ROCK_OUT)/hwt/core.so "$(INST_LIBDIR)/hwt/"
+	cp lua/hwt.lua "$(INST_LUADIR)/"
+	cp lua/hwt/*.lua "$(INST_LUADIR)/hwt/"
 
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
@@ -182,10 +194,10 @@ bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
 clean:
-	rm -rf $(BUILD) hwt
+	rm -rf $(BUILD)
 
 help:
-	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit; lua5.4 also hwt/core.so)"
+	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"

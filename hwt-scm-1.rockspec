@@ -15,19 +15,22 @@ timer:poll() to run due tasks. O(1) schedule and cancel, no wake-ups while idle.
 dependencies = {
    "lua >= 5.1",
 }
+-- Built by the Makefile (`make rock`, `make rock-install`) into
+-- build/rock-<interpreter>/, so that no build lands where `make` or a build
+-- for another Lua would pick it up.
 build = {
-   type = "builtin",
-   modules = {
-      ["hwt"] = "lua/hwt.lua",
-      ["hwt.ngx"] = "lua/hwt/ngx.lua",
-      ["hwt.luv"] = "lua/hwt/luv.lua",
-      ["hwt.cqueues"] = "lua/hwt/cqueues.lua",
-      ["hwt.driver"] = "lua/hwt/driver.lua",
-      ["hwt.core"] = {
-         sources = { "src/wheel.c", "src/engine.c", "src/lhwt.c" },
-         libraries = { "pthread", "dl" },
-         defines = {},
-         incdirs = { "src" },
-      },
+   type = "make",
+   build_target = "rock",
+   build_variables = {
+      CFLAGS = "$(CFLAGS)",
+      LIBFLAG = "$(LIBFLAG)",
+      LUA_INCDIR = "$(LUA_INCDIR)",
+      ROCK_LUA = "$(LUA)",
+   },
+   install_target = "rock-install",
+   install_variables = {
+      INST_LIBDIR = "$(LIBDIR)",
+      INST_LUADIR = "$(LUADIR)",
+      ROCK_LUA = "$(LUA)",
    },
 }

@@ -4,7 +4,7 @@
 -- workload: W0 W1 W2 W3 W4 W5 W6 (see bench/run.sh; W6 takes its N as given,
 -- run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
 --
--- Run from the project root with LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;'.
+-- Run from the project root with LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;'.
 --
 -- Fairness rules followed here:
 -- * Same pseudo-random delays for every peer: xorshift64* with a fixed seed

@@ -24,7 +24,7 @@ esac
 N6=$((N / 5))
 cd "$(dirname "$0")/.." || exit 1
 LUA=${LUA:-lua5.4}
-export LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;'
+export LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$LUA/?.so;;"
 NETTY_JAR=${NETTY_JAR:-/usr/share/java/netty-common.jar}
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/hwt-bench.XXXXXX") || exit 1
 trap 'rm -rf "$OUT"' EXIT INT TERM
@@ -35,7 +35,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 say() { printf '%s\n' "$*" >&2; }
 
-[ -f hwt/core.so ] || make -s all >&2 || { say "cannot build hwt/core.so"; exit 1; }
+make -s LUA="$LUA" all >&2 || { say "cannot build build/$LUA/hwt/core.so"; exit 1; }
 
 # ---------------------------------------------------------------- peers present
 present() { grep -qx "$1" "$OUT/present" 2>/dev/null; }

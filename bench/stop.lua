@@ -1,6 +1,6 @@
 -- Cost of ending a timer with many pending timeouts: timer:stop() (which
 -- returns them in deadline order) and collecting a dropped timer.
---   LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' lua5.4 bench/stop.lua [N]
+--   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 bench/stop.lua [N]
 local hwt = require("hwt")
 local N = tonumber(arg[1]) or 1000000
 

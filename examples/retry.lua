@@ -1,6 +1,6 @@
 -- Failback retry, as Dubbo's FailbackRegistry does it: register with a flaky
 -- registry; on failure retry with exponential backoff; give up after N tries.
--- Run: make demo   (or: LUA_PATH='lua/?.lua;;' LUA_CPATH='./?.so;;' lua5.4 examples/retry.lua)
+-- Run: make demo   (or: LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 examples/retry.lua)
 local hwt = require("hwt")
 
 local timer = hwt.new({ tick = 0.01 })

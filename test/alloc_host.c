@@ -13,7 +13,7 @@
  * reaches. Last line: "alloc_host: P passed, F failed" (one case per N).
  *
  *   build/alloc_host [-v] [-s] [-n N] [CPATH [LUA_PATH [SCENARIO]]]
- *   defaults: ./?.so  lua/?.lua  test/alloc_scenario.lua   (run from the repo root)
+ *   defaults: build/lua5.4/?.so  lua/?.lua  test/alloc_scenario.lua   (run from the repo root)
  *   -v    do not capture the scenario's stderr; print every case
  *   -s    sticky: after the Nth, refuse every later allocation too (until
  *         disarmed) — the error paths themselves run short of memory
@@ -23,11 +23,11 @@
  *   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g $(pkg-config --cflags lua5.4) \
  *      test/alloc_host.c -o build/alloc_host $(pkg-config --libs lua5.4)
  *   build/alloc_host
- * Under ASan + UBSan (after `make build/asan/hwt/core.so`; Debian's lua is
+ * Under ASan + UBSan (after `make build/lua5.4/asan/hwt/core.so`; Debian's lua is
  * not instrumented, so the runtimes are preloaded, as test/run.sh does):
  *   LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
  *   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1 \
- *   build/alloc_host 'build/asan/?.so'
+ *   build/alloc_host 'build/lua5.4/asan/?.so'
  *
  * hwt writes task errors to stderr; that output is captured per case in a
  * temporary file and shown only for a failing case (or on SIGABRT, e.g. an
@@ -349,7 +349,7 @@ static void run_case(unsigned long n, const config *cfg, case_result *out) {
 /* ---- main ----------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-  config cfg = {"./?.so", "lua/?.lua", "test/alloc_scenario.lua", false, false, 0};
+  config cfg = {"build/lua5.4/?.so", "lua/?.lua", "test/alloc_scenario.lua", false, false, 0};
   int positional = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-v") == 0) {

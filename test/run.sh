@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs the hwt test suites and prints their total as "N passed, N failed".
-#   make test:  C tests, busted specs, examples against the plain build; the
-#               same plus memory scenarios under ASan+UBSan (leak detection
-#               on); the engine's C test under TSan.
+#   make test:  C tests, busted specs, examples and the README's example
+#               against the plain build; specs and examples plus memory
+#               scenarios under ASan+UBSan (leak detection on); the
+#               engine's C test under TSan.
 #   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
@@ -98,6 +99,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
   run_busted "$OUT/?.so" "busted specs ($LUA)"
   run_examples "$OUT/?.so" "examples ($LUA)"
+  run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then
@@ -132,7 +134,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
-  run_counted "luarocks install ($LUA)" env LUA="$LUA" sh test/luarocks_test.sh
+  run_counted "luarocks install (5.4, 5.1)" sh test/luarocks_test.sh
   run_counted "bench-quick smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 
