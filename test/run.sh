@@ -100,6 +100,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_busted "$OUT/?.so" "busted specs ($LUA)"
   run_examples "$OUT/?.so" "examples ($LUA)"
   run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
+  run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then

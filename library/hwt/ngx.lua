@@ -1,0 +1,33 @@
+---@meta hwt.ngx
+
+-- LuaLS definitions for hwt.ngx: drives an hwt timer from nginx's own event
+-- loop (lua-nginx-module). See library/hwt.lua.
+
+---Drives an hwt timer from nginx's event loop; each due task runs in a light thread (`ngx.thread.spawn`) of its own.
+---@class hwt.ngx
+local M = {}
+
+---Options of `require("hwt.ngx").start` (all optional; an unknown key raises).
+---@class hwt.ngx.Options
+---Tasks running at once, each in a light thread (default 256); more wait, due, in deadline order. nginx.conf needs `lua_max_running_timers` >= concurrency + 1 + your own.
+---@field concurrency? integer
+---At a graceful quit (`nginx -s quit`, reload): the timeouts that never ran (the timer is stopped).
+---@field on_exit? fun(timeouts: hwt.Timeout[])
+
+---What `start` returns.
+---@class hwt.ngx.Driver
+local Driver = {}
+
+---Starts driving `timer` from nginx's event loop; call it in `init_worker_by_lua*`. `nil, err` without lua-nginx-module or when no `ngx.timer.at` can be armed.
+---@param timer hwt.Timer a real-clock, running timer with no driver yet
+---@param opts? hwt.ngx.Options
+---@return hwt.ngx.Driver|nil driver
+---@return string|nil err
+---@overload fun(timer: hwt.Timer): hwt.ngx.Driver|nil, string|nil
+function M.start(timer, opts) end
+
+---Stops driving: running tasks finish, the timer and its timeouts stay as they are, `on_exit` is not called; true, then false the second time.
+---@return boolean stopped
+function Driver:stop() end
+
+return M

@@ -1,0 +1,406 @@
+-- test/meta_test.lua: the LuaLS definitions in library/ against the real modules.
+--
+--   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/meta_test.lua
+--
+-- It reads library/hwt.lua and library/hwt/*.lua (the `---@meta`, `---@class`,
+-- `---@field` lines, `local X = {}` / `a.B = {}` after a class, and the
+-- `function a.b:name(` / `function M.name(` lines) and compares them with the
+-- objects themselves:
+--   * every public function and field of require("hwt") is annotated, and
+--     every annotated one exists;
+--   * the same for the methods of hwt.Timer and hwt.Timeout (their method
+--     tables, names starting with "_" skipped), of the retry handle (and its
+--     fields), of each driver module and of what its start/attach returns
+--     (hwt.luv / hwt.cqueues attach for real when luv / cqueues load; the
+--     hwt.ngx driver is started against a stub `ngx`; where the real object
+--     cannot be had, the methods are read from the module's source);
+--   * the keys of timer:stats() are exactly the fields of hwt.Stats, each
+--     value of the annotated type;
+--   * every annotated option of hwt.new, hwt.retry and the drivers is accepted.
+-- Each comparison is one check; each mismatch is printed; the last line is
+-- "meta: N passed, N failed", and the exit status is 1 when one failed.
+local hwt = require("hwt")
+
+local passed, failed = 0, 0
+
+local function check(ok, message, ...)
+  if ok then
+    passed = passed + 1
+  else
+    failed = failed + 1
+    print("FAIL " .. message:format(...))
+  end
+  return ok
+end
+
+local function note(message, ...)
+  print("note: " .. message:format(...))
+end
+
+-- ---- where the library is -------------------------------------------------
+local here = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
+local root = here:match("^(.*)[/\\]test$") or (here == "test" and ".") or here .. "/.."
+local library = root .. "/library"
+
+-- ---- the parser -----------------------------------------------------------
+-- classes[name] = { fields = {name = {type = ..., where = ...}}, members = {name = {kind, where}} }
+-- kind: "method" (a:b), "function" (a.b), "table" (a.B = {}), "field" (---@field)
+local classes = {}
+local metas = {}                                  -- meta name -> { file, class (of what it returns) }
+
+local function class_of(name)
+  local c = classes[name]
+  if not c then
+    c = { fields = {}, members = {}, name = name }
+    classes[name] = c
+  end
+  return c
+end
+
+local function parse(path, relative)
+  local file = io.open(path, "r")
+  if not check(file ~= nil, "%s: cannot be read", relative) then return end
+  local alias = {}                                -- local name -> class name
+  local current, pending_class                    -- the class whose ---@field lines follow; a class for the next code line
+  local meta
+  local n = 0
+  for line in file:lines() do
+    n = n + 1
+    local where = relative .. ":" .. n
+    local m = line:match("^%-%-%-@meta%s+([%w_.]+)")
+    if m then meta = m end
+    local class = line:match("^%-%-%-@class%s+([%w_.]+)")
+    if class then
+      class_of(class)
+      current, pending_class = class, class
+    end
+    local field, optional, ftype = line:match("^%-%-%-@field%s+([%w_]+)(%??)%s+(.-)%s*$")
+    if field and current then
+      local c = class_of(current)
+      c.fields[field] = { type = ftype, optional = optional == "?", where = where }
+      c.members[field] = c.members[field] or { kind = "field", where = where }
+    end
+    if not line:match("^%-%-") and line:match("%S") then   -- a line of code
+      local lhs = line:match("^local%s+([%w_]+)%s*=%s*{%s*}") or line:match("^([%w_.]+)%s*=%s*{%s*}")
+      if lhs and pending_class then
+        if lhs:find("%.") then                    -- hwt.Timer = {}: a member of its owner too
+          local owner, key = lhs:match("^(.*)%.([%w_]+)$")
+          local c = class_of(alias[owner] or owner)
+          c.members[key] = { kind = "table", where = where }
+        end
+        alias[lhs] = pending_class
+      end
+      local owner, sep, name = line:match("^function%s+([%w_.]+)([.:])([%w_]+)%s*%(")
+      if owner then
+        local c = class_of(alias[owner] or owner)
+        c.members[name] = { kind = sep == ":" and "method" or "function", where = where }
+      end
+      local returned = line:match("^return%s+([%w_]+)%s*$")
+      if returned and meta then
+        metas[meta] = { file = relative, class = alias[returned] or returned }
+      end
+      current, pending_class = nil, nil
+    end
+  end
+  file:close()
+  local expected = relative:gsub("^library/", ""):gsub("%.lua$", ""):gsub("/", ".")
+  check(meta == expected, "%s: starts with ---@meta %s (found %s)", relative, expected, tostring(meta))
+end
+
+parse(library .. "/hwt.lua", "library/hwt.lua")
+for _, driver in ipairs({ "ngx", "luv", "cqueues" }) do
+  parse(library .. "/hwt/" .. driver .. ".lua", "library/hwt/" .. driver .. ".lua")
+end
+
+-- ---- comparisons ----------------------------------------------------------
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+local function is_public(name)
+  return type(name) == "string" and name:sub(1, 1) ~= "_"
+end
+
+-- Compares the public functions of `real` (a method table or module) with
+-- the members of class `cname` of the given kinds.
+local function compare_functions(real, cname, kinds, what)
+  local c = classes[cname]
+  if not check(c ~= nil, "no ---@class %s in library/", cname) then return end
+  for _, name in ipairs(sorted_keys(real)) do
+    if is_public(name) and type(real[name]) == "function" then
+      local member = c.members[name]
+      check(member ~= nil and kinds[member.kind], "%s.%s exists but is not annotated (class %s)", what, name, cname)
+    end
+  end
+  for _, name in ipairs(sorted_keys(c.members)) do
+    local member = c.members[name]
+    if kinds[member.kind] then
+      check(type(real[name]) == "function", "%s:%s is annotated (%s) but %s has no such function",
+        cname, name, member.where, what)
+    end
+  end
+end
+
+local METHODS = { method = true }
+local FUNCTIONS = { ["function"] = true }
+
+-- Whether `value` is of the annotated type: builtin types and literals are
+-- checked, class names accepted.
+local builtin = { number = true, string = true, boolean = true, table = true, ["function"] = true,
+  userdata = true, thread = true }
+local function has_type(value, annotated)
+  for alternative in (annotated .. "|"):gmatch("%s*([^|]-)%s*|") do
+    local literal = alternative:match('^"(.*)"$')
+    if literal then
+      if value == literal then return true end
+    elseif alternative == "integer" then
+      if math.type then
+        if math.type(value) == "integer" then return true end
+      elseif type(value) == "number" and value % 1 == 0 then
+        return true
+      end
+    elseif alternative == "nil" then
+      if value == nil then return true end
+    elseif alternative == "any" then
+      return true
+    elseif builtin[alternative] then
+      if type(value) == alternative then return true end
+    else
+      return true                                 -- a class: not checked here
+    end
+  end
+  return false
+end
+
+-- ---- the module -----------------------------------------------------------
+do
+  local c = classes["hwt"]
+  check(metas["hwt"] and metas["hwt"].class == "hwt", "library/hwt.lua returns the ---@class hwt table")
+  if check(c ~= nil, "no ---@class hwt in library/hwt.lua") then
+    for _, name in ipairs(sorted_keys(hwt)) do
+      if type(name) == "string" then
+        local member = c.members[name]
+        if type(hwt[name]) == "function" then
+          check(member ~= nil and member.kind == "function", "hwt.%s exists but is not annotated as function hwt.%s(", name, name)
+        else
+          check(member ~= nil and member.kind ~= "function" and member.kind ~= "method",
+            "hwt.%s (a %s) exists but is not annotated", name, type(hwt[name]))
+        end
+      end
+    end
+    for _, name in ipairs(sorted_keys(c.members)) do
+      local member = c.members[name]
+      if member.kind == "function" then
+        check(type(hwt[name]) == "function", "hwt.%s is annotated (%s) but require('hwt') has no such function", name, member.where)
+      elseif member.kind == "table" then
+        check(type(hwt[name]) == "table", "hwt.%s is annotated (%s) but require('hwt') has no such table", name, member.where)
+      elseif member.kind == "field" then
+        check(hwt[name] ~= nil and has_type(hwt[name], c.fields[name].type),
+          "hwt.%s is annotated as %s (%s) but is %s", name, c.fields[name].type, member.where, type(hwt[name]))
+      end
+    end
+  end
+end
+
+-- ---- Timer, Timeout -------------------------------------------------------
+compare_functions(hwt.Timer, "hwt.Timer", METHODS, "hwt.Timer")
+compare_functions(hwt.Timeout, "hwt.Timeout", METHODS, "hwt.Timeout")
+
+-- ---- stats ----------------------------------------------------------------
+do
+  local c = classes["hwt.Stats"]
+  if check(c ~= nil, "no ---@class hwt.Stats in library/hwt.lua") then
+    local keys, samples = {}, {}
+    for _, opts in ipairs({ {}, { clock = "manual" }, { shared = false, max_pending = 10 } }) do
+      local timer = hwt.new(opts)
+      timer:timeout(0, function() end)
+      if opts.clock == "manual" then timer:advance(0) end
+      local stats = timer:stats()
+      for k, v in pairs(stats) do
+        if not keys[k] then keys[k] = true; samples[#samples + 1] = { k, v, opts } end
+      end
+      timer:stop()
+    end
+    table.sort(samples, function(a, b) return tostring(a[1]) < tostring(b[1]) end)
+    for _, sample in ipairs(samples) do
+      local key, value = sample[1], sample[2]
+      local field = c.fields[key]
+      if check(field ~= nil, "stats().%s exists but is not a ---@field of hwt.Stats", tostring(key)) then
+        check(has_type(value, field.type), "stats().%s is %s (%s) but hwt.Stats says %s (%s)",
+          key, tostring(value), math.type and math.type(value) or type(value), field.type, field.where)
+      end
+    end
+    for _, name in ipairs(sorted_keys(c.fields)) do
+      check(keys[name], "hwt.Stats.%s is annotated (%s) but stats() has no such key", name, c.fields[name].where)
+    end
+  end
+end
+
+-- ---- options ----------------------------------------------------------------
+local function nop() end
+
+-- Each annotated option of class `cname` must be accepted by try(key, value).
+local function compare_options(cname, samples, try)
+  local c = classes[cname]
+  if not check(c ~= nil, "no ---@class %s in library/", cname) then return end
+  for _, name in ipairs(sorted_keys(c.fields)) do
+    local value = samples[name]
+    if check(value ~= nil, "%s.%s is annotated (%s) but this test has no sample value for it", cname, name, c.fields[name].where) then
+      local ok, err = try(name, value)
+      check(ok, "%s.%s is annotated (%s) but is refused: %s", cname, name, c.fields[name].where, tostring(err))
+    end
+  end
+end
+
+compare_options("hwt.Options", {
+  tick = 0.01, wheel_size = 64, max_pending = 0, on_error = nop, clock = "manual", shared = false,
+}, function(key, value)
+  local ok, timer = pcall(hwt.new, { [key] = value })
+  if ok then timer:stop() end
+  return ok, timer
+end)
+
+compare_options("hwt.RetryOptions", {
+  retries = 0, delay = 0, backoff = 1, max_delay = 0, jitter = 0, random = function() return 0.5 end,
+  on_give_up = nop, on_success = nop, on_retry = nop,
+}, function(key, value)
+  local timer = hwt.new({ clock = "manual" })
+  local ok, err = pcall(hwt.retry, timer, function() return true end, { [key] = value })
+  timer:stop()
+  return ok, err
+end)
+
+-- ---- the retry handle -------------------------------------------------------
+do
+  local c = classes["hwt.RetryHandle"]
+  if check(c ~= nil, "no ---@class hwt.RetryHandle in library/hwt.lua") then
+    local timer = hwt.new({ clock = "manual" })
+    local handle = hwt.retry(timer, function() return nil, "not yet" end, { on_give_up = nop })
+    local methods = getmetatable(handle) and getmetatable(handle).__index
+    methods = type(methods) == "table" and methods or {}
+    compare_functions(methods, "hwt.RetryHandle", METHODS, "the retry handle")
+    -- fields: what a handle waiting for its next try holds
+    for _, name in ipairs(sorted_keys(handle)) do
+      if is_public(name) then
+        check(c.fields[name] ~= nil, "retry handle field '%s' exists but is not a ---@field of hwt.RetryHandle", name)
+      end
+    end
+    for _, name in ipairs(sorted_keys(c.fields)) do
+      local field = c.fields[name]
+      check(handle[name] ~= nil and has_type(handle[name], field.type),
+        "hwt.RetryHandle.%s is annotated as %s (%s) but a waiting handle has %s", name, field.type, field.where, tostring(handle[name]))
+    end
+    handle:cancel()
+    timer:stop()
+  end
+end
+
+-- ---- the drivers ------------------------------------------------------------
+-- The colon methods defined in a module's source (when no real object can be had).
+local function source_methods(module)
+  local path = package.searchpath(module, package.path)
+  local methods = {}
+  if not path then return methods end
+  for line in io.lines(path) do
+    local name = line:match("^function%s+[%w_]+:([%w_]+)%s*%(")
+    if name then methods[name] = function() end end
+  end
+  return methods
+end
+
+local function methods_of(object)
+  local mt = getmetatable(object)
+  local index = type(mt) == "table" and mt.__index
+  return type(index) == "table" and index or nil
+end
+
+-- Compares module functions; then the methods of what `make()` returns, or,
+-- when it returns nil, those in the source.
+local function compare_driver(module, handle_class, make)
+  local ok, real = pcall(require, module)
+  if not check(ok, "require('%s') failed: %s", module, tostring(real)) then return end
+  check(metas[module] and metas[module].class == module, "library/%s.lua returns the ---@class %s table",
+    module:gsub("%.", "/"), module)
+  compare_functions(real, module, FUNCTIONS, module)
+  local object, why, cleanup = make(real)
+  local methods = object and methods_of(object)
+  if methods then
+    compare_functions(methods, handle_class, METHODS, "a real " .. handle_class)
+  else
+    note("%s: no real %s (%s); its methods are read from the source", module, handle_class, tostring(why))
+    compare_functions(source_methods(module), handle_class, METHODS, module .. "'s source")
+  end
+  if cleanup then cleanup() end
+end
+
+-- hwt.ngx outside nginx: start() returns nil, err, after checking the options.
+compare_options("hwt.ngx.Options", { concurrency = 1, on_exit = nop }, function(key, value)
+  local timer = hwt.new()
+  local ok, err = pcall(require("hwt.ngx").start, timer, { [key] = value })
+  timer:stop()
+  return ok, err
+end)
+
+compare_driver("hwt.ngx", "hwt.ngx.Driver", function(M)
+  -- A stub of what start() uses: ngx.timer.at (the wake), ngx.thread, ngx.log.
+  local saved = rawget(_G, "ngx")
+  local stub = { ERR = 4, log = nop, timer = { at = function() return true end },
+    thread = { spawn = function() end } }
+  rawset(_G, "ngx", stub)
+  local timer = hwt.new()
+  local ok, driver, err = pcall(M.start, timer)
+  rawset(_G, "ngx", saved)
+  if not ok or not driver then
+    timer:stop()
+    return nil, ok and err or driver
+  end
+  return driver, nil, function() driver:stop(); timer:stop() end
+end)
+
+local luv_loaded = pcall(require, "luv")
+if luv_loaded then
+  compare_options("hwt.luv.Options", { spawn = nop }, function(key, value)
+    local timer = hwt.new()
+    local ok, handle = pcall(require("hwt.luv").attach, timer, { [key] = value })
+    if ok and handle then handle:detach() end
+    timer:stop()
+    return ok, handle
+  end)
+else
+  note("luv does not load here: hwt.luv.Options not tried")
+end
+
+compare_driver("hwt.luv", "hwt.luv.Handle", function(M)
+  local timer = hwt.new()
+  local handle, err = M.attach(timer)
+  if not handle then timer:stop(); return nil, err end
+  return handle, nil, function() handle:detach(); timer:stop() end
+end)
+
+compare_driver("hwt.cqueues", "hwt.cqueues.Handle", function(M)
+  local ok, cqueues = pcall(require, "cqueues")
+  if not ok then return nil, "cqueues does not load" end
+  local timer = hwt.new()
+  local handle, err = M.attach(timer, cqueues.new())
+  if not handle then timer:stop(); return nil, err end
+  return handle, nil, function() handle:detach(); timer:stop() end
+end)
+
+-- ---- every class is known ---------------------------------------------------
+-- A class with members that no check above looked at is a typo in a name.
+local compared = {
+  ["hwt"] = true, ["hwt.Timer"] = true, ["hwt.Timeout"] = true, ["hwt.Stats"] = true,
+  ["hwt.Options"] = true, ["hwt.RetryOptions"] = true, ["hwt.RetryHandle"] = true, ["hwt.TimerTask"] = true,
+  ["hwt.ngx"] = true, ["hwt.ngx.Options"] = true, ["hwt.ngx.Driver"] = true,
+  ["hwt.luv"] = true, ["hwt.luv.Options"] = true, ["hwt.luv.Handle"] = true,
+  ["hwt.cqueues"] = true, ["hwt.cqueues.Handle"] = true,
+}
+for _, name in ipairs(sorted_keys(classes)) do
+  check(compared[name], "---@class %s is not compared with anything by this test", name)
+end
+
+print(("meta: %d passed, %d failed"):format(passed, failed))
+os.exit(failed == 0 and 0 or 1)
