@@ -500,6 +500,48 @@ static void test_late_percentiles(void) {
   tq_destroy(&q);
 }
 
+/* Resets race the worker: each moves a timeout out of the wheel or the due
+ * list (or re-arms one that ran) while the worker collects. Nothing runs
+ * before its deadline, and once the resets end everything drains. */
+static void test_reset_races_worker(void) {
+  enum { COUNT = 256, ROUNDS = 4000 };
+  static timeout t[COUNT];
+  memset(t, 0, sizeof t);
+  timer_queue q;
+  engine *eng = open_queue(&q, TICK_1MS, 16, false, 0);
+  for (int i = 0; i < COUNT; i++) CHECK(tq_schedule(&q, &t[i], (uint64_t)(i % 4) * MS, 0) == TQ_OK);
+  uint32_t rng = 12345;
+  uint64_t fired = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    rng = rng * 1103515245u + 12345u;
+    CHECK(tq_reset(&t[(rng >> 8) % COUNT], (uint64_t)((rng >> 20) % 3) * MS) == TQ_OK);
+    if (round % 64 == 0) {
+      uint64_t limit = tq_poll_begin(&q);
+      timeout *due;
+      while ((due = tq_pop_due(&q, limit))) {
+        CHECK(engine_now(eng) >= due->deadline_ns);
+        tq_finish(due, due->seq);
+        fired++;
+      }
+    }
+  }
+  while (tq_pending(&q) > 0) {
+    tq_wait(&q, 100 * MS);
+    uint64_t limit = tq_poll_begin(&q);
+    timeout *due;
+    while ((due = tq_pop_due(&q, limit))) {
+      CHECK(engine_now(eng) >= due->deadline_ns);
+      tq_finish(due, due->seq);
+      fired++;
+    }
+  }
+  tq_stats stats;
+  tq_get_stats(&q, &stats);
+  CHECK(stats.fired == fired && stats.pending == 0 && stats.due == 0);
+  for (int i = 0; i < COUNT; i++) CHECK(timeout_state(&t[i]) == TIMEOUT_DONE);
+  tq_destroy(&q);
+}
+
 typedef struct test_case {
   const char *name;
   void (*run)(void);
@@ -520,6 +562,7 @@ static const test_case tests[] = {
   {"worker_signals_fd", test_worker_signals_fd},
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
+  {"reset_races_worker", test_reset_races_worker},
   {"stop_finds_unheld", test_stop_finds_unheld},
   {"stop_races_cancel", test_stop_races_cancel},
   {"worker_blocks_signals", test_worker_blocks_signals},
