@@ -29,7 +29,7 @@ function M.setup()
     phase = "setup",
     created = 0, cancelled = 0, pcreated = 0, pcancelled = 0, closed = 0,
     lists = 0, timers = 0, errors = 0, slept = 0, succeeded = 0, gave_up = 0,
-    refused = 0, gc_made = 0,
+    refused = 0, gc_made = 0, resets = 0, reset_runs = 0,
   }
   T, B, P, PB, C = {}, {}, {}, {}, {}
   for i = 1, SLOTS do
@@ -366,6 +366,28 @@ function M.scenario()
     if t then local k = S.created + 1; T[k] = t; B[k] = box; S.created = k end
   end
 
+  -- 6. The 0.2 calls: reset() of a pending, a run and a cancelled timeout
+  -- (re-anchoring may fail), timeouts(), deadline(), run_for() stepping
+  -- through a periodic, late_p50/p99. Each reset's run is counted in R.
+  local tm6 = hwt.new({ clock = "manual", on_error = on_error })
+  do local j = S.timers + 1; timers[j] = tm6; S.timers = j end
+  do
+    local box = { n = 0 }
+    local r = tm6:timeout(0.01, function() box.n = box.n + 1; S.reset_runs = S.reset_runs + 1 end)
+    if r:reset(0.02) then S.resets = S.resets + 1 end
+    local listed = tm6:timeouts()
+    S.sum = S.sum + #listed + r:deadline()
+    tm6:run_for(0.03)                                -- runs r once
+    if r:reset() then S.resets = S.resets + 1 end     -- anchored again
+    r:cancel()
+    if r:reset(0.01) then S.resets = S.resets + 1 end
+    local p = tm6:every(0.01, beat, { n = 0 }, 1000)
+    tm6:run_for(0.05)                                -- r again, the periodic 5 times
+    p:cancel()
+    local stats = tm6:stats()
+    S.sum = S.sum + stats.late_p50 + stats.late_p99
+  end
+
   S.phase = "scenario done"
 end
 
@@ -384,7 +406,7 @@ function M.check(clean)
   if clean then
     assert(scenario_phase == "scenario done", "the clean run ended in phase " .. tostring(scenario_phase))
     local expected = { slept = 1, succeeded = 1, gave_up = 2, refused = 2, gc_made = 1,
-                       timers = 8, pcancelled = 3 }
+                       timers = 9, pcancelled = 3, resets = 3, reset_runs = 2 }
     for key, value in pairs(expected) do
       assert(S[key] == value, ("clean run: S.%s = %s, expected %s"):format(key, tostring(S[key]), value))
     end
