@@ -56,8 +56,8 @@ local function ns(seconds) return math.floor(seconds * 1e9 + 0.5) end
 -- ---- module -----------------------------------------------------------------
 
 describe("module hwt", function()
-  it("has _VERSION 'hwt 0.1.0'", function()
-    assert.are.equal("hwt 0.1.0", hwt._VERSION)
+  it("has _VERSION 'hwt 0.2.0'", function()
+    assert.are.equal("hwt 0.2.0", hwt._VERSION)
   end)
 
   it("now() is a monotonic float clock in seconds, never decreasing", function()
