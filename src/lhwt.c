@@ -1122,22 +1122,27 @@ static int timeout_cancel(lua_State *L) {
 
 /* t:reset([delay]) -> true, or nil and why (max_pending); raises once the
  * timer stopped. Anchors t first when nothing held it (it ran or was
- * cancelled): that may raise, and must not follow a re-arming. */
+ * cancelled): that may raise, and must not follow a re-arming. The queue
+ * userdata is the owner's container, so the common case (t anchored, no
+ * watcher) needs no user value. */
 static int timeout_reset(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
-  lua_settop(L, 1);
-  compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
-  lhwt_timer *tm = lua_touserdata(L, 2);
-  compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
+  lhwt_timer *tm = (lhwt_timer *)(void *)to->node.owner;   /* queue: its first member */
   bool anchored_here = to->anchor_ref == LUA_NOREF;
   if (anchored_here) {
+    lua_settop(L, 1);
+    compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+    compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
     lua_pushvalue(L, 1);
     to->anchor_ref = luaL_ref(L, 3);
   }
   int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
   if (result == TQ_OK) {
-    if (tm->has_watcher) tell_if_earlier(L, tm, 2, to);
+    if (tm->has_watcher) {
+      compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
+      tell_if_earlier(L, tm, -1, to);
+    }
     lua_pushboolean(L, true);
     return 1;
   }
