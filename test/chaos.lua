@@ -249,10 +249,20 @@ function Book:on_error(err, t)
   if not ok then error(failure, 0) end
 end
 
+-- A retry without on_give_up reports its last failure to on_error, with no
+-- timeout: here a max_pending refusal of its next try (0.2).
+function Book:is_retry_report(err, t)
+  if t ~= nil or not has(err, "too many pending timeouts") then return false end
+  for _, rr in ipairs(self.retries) do
+    if not rr.has_give_up then return true end
+  end
+  return false
+end
+
 function Book:handle_error(err, t)
   self.errors = self.errors + 1
   count(is_stack_error(err) and "on_error: stack" or "on_error")
-  if not (is_benign(err) or is_own_failure(err) or has(err, "attempt to yield")) then
+  if not (is_benign(err) or is_own_failure(err) or has(err, "attempt to yield") or self:is_retry_report(err, t)) then
     note_failure(("timer #%d: unexpected task error: %s"):format(self.id, describe(err)))
   end
   if t ~= nil and record_of(t) and not t:is_expired() then
