@@ -18,21 +18,22 @@ local function log(name)
   print(("[%6.3fs] %s"):format(hwt.now() - started, name))
 end
 
--- hwt timeouts, 50 ms apart; B cancels C, the worker cancels E.
+-- hwt timeouts, 100 ms apart, 50 ms off the worker's steps (room for a busy
+-- machine's scheduling delays); B cancels C, the worker cancels E.
 local c, e
-timer:timeout(0.025, function() log("A") end)
-timer:timeout(0.075, function()
+timer:timeout(0.05, function() log("A") end)
+timer:timeout(0.15, function()
   log("B")
   assert(c:cancel(), "C has not run yet: cancel wins")
 end)
-c = timer:timeout(0.175, function() log("C (cancelled: must not run)") end)
-timer:timeout(0.125, function() log("D") end)
-e = timer:timeout(0.225, function() log("E (cancelled: must not run)") end)
+c = timer:timeout(0.35, function() log("C (cancelled: must not run)") end)
+timer:timeout(0.25, function() log("D") end)
+e = timer:timeout(0.45, function() log("E (cancelled: must not run)") end)
 
 -- A coroutine with its own pace, on cqueues.sleep().
 local function worker()
   for step = 1, 4 do
-    cqueues.sleep(0.05)
+    cqueues.sleep(0.1)
     log("work " .. step)
     if step == 3 then assert(e:cancel(), "E has not run yet") end
   end
