@@ -92,16 +92,7 @@ local function within_eighth(expected, actual, what)
 end
 
 -- Passes real time without touching the timer under test.
-local sleeper
-local function sleep(seconds)
-  sleeper = sleeper or hwt.new()
-  local deadline = hwt.now() + seconds
-  while true do
-    local left = deadline - hwt.now()
-    if left <= 0 then return end
-    sleeper:wait(left)
-  end
-end
+local sleep = require("support").sleep
 
 -- ---- module ----------------------------------------------------------------
 

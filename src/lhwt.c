@@ -645,6 +645,17 @@ static void push_refusal(lua_State *L, uint64_t max_pending) {
   lua_pushstring(L, message);
 }
 
+/* A failed tq_schedule or tq_reset: raises once stopped, else nil and why. */
+static int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
+  if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
+  lua_pushnil(L);
+  if (result == TQ_FULL)
+    push_refusal(L, tm->queue.max_pending);
+  else
+    lua_pushliteral(L, "cannot start the timer's worker thread");
+  return 2;
+}
+
 static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t interval_ns) {
   bool run_method = check_task(L, 3);
   int nargs = lua_gettop(L) - 3;
@@ -678,13 +689,7 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
     return 1;
   }
   unanchor(L, lua_gettop(L), to);
-  if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
-  lua_pushnil(L);
-  if (result == TQ_FULL)
-    push_refusal(L, tm->queue.max_pending);
-  else
-    lua_pushliteral(L, "cannot start the timer's worker thread");
-  return 2;
+  return arming_failed(L, tm, result);
 }
 
 static int timer_timeout(lua_State *L) {
@@ -1147,13 +1152,7 @@ static int timeout_reset(lua_State *L) {
     return 1;
   }
   if (anchored_here) unanchor(L, 3, to);
-  if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
-  lua_pushnil(L);
-  if (result == TQ_FULL)
-    push_refusal(L, tm->queue.max_pending);
-  else
-    lua_pushliteral(L, "cannot start the timer's worker thread");
-  return 2;
+  return arming_failed(L, tm, result);
 }
 
 /* t:deadline() -> on the timer's clock (timer:now()); math.huge: never. */
