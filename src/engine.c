@@ -34,13 +34,16 @@ struct engine {
   bool joining;                 /* a thread is in stop_worker's join */
   bool manual_clock;
   bool shared;                  /* found by engine_acquire_shared */
-  uint64_t tick_ns;             /* the wheel's tick */
-  uint64_t stats_tick_ns;       /* the tick stats.ticks counts: the one asked for */
+  uint64_t tick_ns;
   uint64_t epoch_ns;            /* CLOCK_MONOTONIC at creation */
   uint64_t manual_now_ns;
   uint64_t next_seq;
   uint64_t worker_wake_ns;      /* when the worker means to wake next */
   uint64_t worker_wakeups;
+  /* A manual clock's timeouts whose deadline lies in the tick the wheel has
+   * reached but after now: held here, in (deadline, seq) order, so that each
+   * falls due at its exact deadline, not at the end of its tick. */
+  wheel_list held;
   struct due_entry *sort_scratch;          /* collect_locked's sort buffer */
   size_t sort_scratch_size;
   unsigned refs;                /* the creator's and each queue's, until destroyed */
@@ -137,8 +140,7 @@ static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_
   if (wheel_init(&eng->wheel, wheel_size)) goto no_wheel;
   if (pthread_mutex_init(&eng->lock, NULL)) goto no_lock;
   if (init_monotonic_cond(&eng->worker_cond)) goto no_cond;
-  eng->stats_tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
-  eng->tick_ns = manual_clock ? 1 : eng->stats_tick_ns;      /* exact manual deadlines */
+  eng->tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
   eng->manual_clock = manual_clock;
   eng->epoch_ns = manual_clock ? 0 : engine_monotonic_ns();
   eng->worker_wake_ns = ENGINE_NEVER;
@@ -190,7 +192,7 @@ engine *engine_acquire_shared(uint64_t tick_ns, uint32_t wheel_size) {
   uint32_t slots = wheel_round_size(wheel_size);
   pthread_mutex_lock(&all_engines_lock);
   engine *eng = all_engines;
-  while (eng && !(eng->shared && eng->stats_tick_ns == tick_ns && eng->wheel.size == slots))
+  while (eng && !(eng->shared && eng->tick_ns == tick_ns && eng->wheel.size == slots))
     eng = eng->fork_next;
   if (eng) {
     pthread_mutex_lock(&eng->lock);
@@ -304,13 +306,30 @@ static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
   return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
 }
 
+#define HELD_LEVEL UINT8_MAX    /* link.level of a timeout in eng->held */
+
+static void hold_locked(engine *eng, timeout *t) {
+  wheel_node *pos = eng->held.tail;
+  while (pos && runs_before(t, timeout_of(pos))) pos = pos->prev;
+  wheel_list_insert_after(&eng->held, pos, &t->link);
+  t->link.level = HELD_LEVEL;
+}
+
+/* A timeout the wheel has let go of (its tick is reached): due, or on a
+ * manual clock held until its exact deadline. */
+static void settle_locked(engine *eng, timeout *t, uint64_t now_ns) {
+  if (t->deadline_ns > now_ns) hold_locked(eng, t);
+  else make_due_locked(t);
+}
+
 static void arm_locked(engine *eng, timeout *t) {
   t->state = TIMEOUT_PENDING;
   if (t->deadline_ns == ENGINE_NEVER) return;
   t->owner->armed++;
   uint64_t tick = deadline_tick(eng, t->deadline_ns);
   if (!wheel_insert(&eng->wheel, &t->link, tick)) {
-    make_due_locked(t);
+    if (eng->manual_clock) settle_locked(eng, t, eng->manual_now_ns);
+    else make_due_locked(t);
     return;
   }
   uint64_t fires_at_ns = tick * eng->tick_ns;
@@ -329,6 +348,8 @@ static bool still_held_locked(const timeout *t) {
 
 static void disarm_locked(engine *eng, timeout *t) {
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
+  else if (t->state == TIMEOUT_PENDING && t->link.level == HELD_LEVEL)
+    wheel_list_remove(&eng->held, &t->link);
   else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
     wheel_remove(&eng->wheel, &t->link);
   else return;
@@ -433,9 +454,17 @@ static void sort_ended(wheel_list *ended) {
   free(entries);
 }
 
-/* Moves every timeout due by now_ns to its queue's due list, in order. */
+static void release_held_locked(engine *eng, uint64_t now_ns) {
+  while (eng->held.head && timeout_of(eng->held.head)->deadline_ns <= now_ns)
+    make_due_locked(timeout_of(wheel_list_pop_front(&eng->held)));
+}
+
+/* Moves every timeout due by now_ns to its queue's due list, in order. The
+ * real clock takes the ticks that have ended; a manual one also the tick
+ * now_ns lies in, holding what is due later in it (exact deadlines). */
 static void collect_locked(engine *eng, uint64_t now_ns) {
-  uint64_t now_tick = now_ns / eng->tick_ns;
+  if (eng->manual_clock) release_held_locked(eng, now_ns);
+  uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : now_ns / eng->tick_ns;
   if (now_tick <= eng->wheel.now_tick) return;
   wheel_list batch = {0};
   size_t count = eng->wheel.count;
@@ -443,12 +472,12 @@ static void collect_locked(engine *eng, uint64_t now_ns) {
   count -= eng->wheel.count;
   if (count > 1 && copy_to_scratch(eng, &batch, count)) {
     if (!order_monotonic(eng->sort_scratch, count)) sort_entries(eng->sort_scratch, count);
-    for (size_t i = 0; i < count; i++) make_due_locked(eng->sort_scratch[i].t);
+    for (size_t i = 0; i < count; i++) settle_locked(eng, eng->sort_scratch[i].t, now_ns);
     return;
   }
   sort_by_deadline(&batch);                        /* no memory for the array */
   wheel_node *n;
-  while ((n = wheel_list_pop_front(&batch))) make_due_locked(timeout_of(n));
+  while ((n = wheel_list_pop_front(&batch))) settle_locked(eng, timeout_of(n), now_ns);
 }
 
 /* ---- worker ---------------------------------------------------------- */
@@ -749,11 +778,11 @@ int tq_reset(timeout *t, uint64_t delay_ns) {
   return result;
 }
 
-/* stats.ticks counts the tick asked for, also on a manual clock's
- * nanosecond wheel. */
+/* stats.ticks: the ticks that have ended (a manual clock's wheel has also
+ * reached the tick its time lies in). */
 static uint64_t ticks_passed_locked(const engine *eng, const timer_queue *q) {
-  uint64_t wheel_ticks_per_tick = eng->stats_tick_ns / eng->tick_ns;
-  return eng->wheel.now_tick / wheel_ticks_per_tick - q->first_tick / wheel_ticks_per_tick;
+  uint64_t now_tick = eng->manual_clock ? eng->manual_now_ns / eng->tick_ns : eng->wheel.now_tick;
+  return now_tick - q->first_tick;
 }
 
 /* Marks an unlinked timeout of a stopping queue ended and appends it. */
@@ -776,6 +805,10 @@ static bool owned_by(const wheel_node *n, void *q) {
 static void end_unheld_locked(engine *eng, timer_queue *q, wheel_list *ended) {
   wheel_node *n;
   while ((n = q->due.head)) {
+    disarm_locked(eng, timeout_of(n));
+    mark_ended(timeout_of(n), ended);
+  }
+  while ((n = eng->held.head)) {      /* a manual engine's: it has one queue */
     disarm_locked(eng, timeout_of(n));
     mark_ended(timeout_of(n), ended);
   }
@@ -839,16 +872,41 @@ static uint64_t tick_start_ns(const engine *eng, uint64_t tick) {
   return tick > ENGINE_NEVER / eng->tick_ns ? ENGINE_NEVER : tick * eng->tick_ns;
 }
 
+struct earliest {
+  const timer_queue *q;
+  const timeout *first;
+};
+
+/* wheel_first_deadline shows it every node of the first slot that has one
+ * of q's: it keeps the earliest by (deadline, seq). */
+static bool note_earliest(const wheel_node *n, void *ctx) {
+  struct earliest *e = ctx;
+  const timeout *t = (const timeout *)(const void *)n;
+  if (t->owner != e->q) return false;
+  if (!e->first || runs_before(t, e->first)) e->first = t;
+  return true;
+}
+
+/* When q's earliest armed timeout (not due) falls due on the engine's
+ * clock: the start of its deadline's tick, or on a manual clock its
+ * deadline (held ones come before any in the wheel); ENGINE_NEVER if none. */
+static uint64_t first_due_at_locked(engine *eng, timer_queue *q) {
+  if (eng->held.head) return timeout_of(eng->held.head)->deadline_ns;
+  struct earliest e = {q, NULL};
+  uint64_t tick;
+  if (!q->armed || !wheel_first_deadline(&eng->wheel, note_earliest, &e, &tick)) return ENGINE_NEVER;
+  return eng->manual_clock ? e.first->deadline_ns : tick_start_ns(eng, tick);
+}
+
 uint64_t tq_next_due(timer_queue *q) {
   engine *eng = lock_engine(q);
   if (!eng) return ENGINE_NEVER;
   uint64_t now_ns = engine_now(eng);
   collect_locked(eng, now_ns);
-  uint64_t due_ns = ENGINE_NEVER, tick;
+  uint64_t due_ns = ENGINE_NEVER;
   if (q->stopped) due_ns = ENGINE_NEVER;
   else if (q->due.head) due_ns = 0;
-  else if (q->armed && wheel_first_deadline(&eng->wheel, owned_by, q, &tick))
-    due_ns = tick_start_ns(eng, tick);
+  else due_ns = first_due_at_locked(eng, q);
   pthread_mutex_unlock(&eng->lock);
   if (due_ns == ENGINE_NEVER) return ENGINE_NEVER;
   return due_ns > now_ns ? due_ns - now_ns : 0;
@@ -885,11 +943,9 @@ uint64_t tq_step_manual(timer_queue *q, uint64_t until_ns, bool *due) {
   *due = false;
   engine *eng = lock_engine(q);
   if (!eng) return 0;
-  uint64_t tick;
   if (!q->due.head && !q->stopped) {
-    uint64_t to_ns = until_ns;
-    if (q->armed && wheel_first_deadline(&eng->wheel, owned_by, q, &tick) && tick < to_ns)
-      to_ns = tick;                               /* the wheel ticks in ns here */
+    uint64_t first_ns = first_due_at_locked(eng, q);
+    uint64_t to_ns = first_ns < until_ns ? first_ns : until_ns;
     if (to_ns > eng->manual_now_ns) {
       eng->manual_now_ns = to_ns > ENGINE_MAX_DELAY_NS ? ENGINE_MAX_DELAY_NS : to_ns;
       collect_locked(eng, eng->manual_now_ns);
@@ -922,6 +978,8 @@ uint64_t tq_due_at(timeout *t) {
   if (!eng) return ENGINE_NEVER;
   uint64_t due_at_ns = ENGINE_NEVER;
   if (t->state == TIMEOUT_DUE) due_at_ns = 0;
+  else if (t->state == TIMEOUT_PENDING && eng->manual_clock)
+    due_at_ns = t->deadline_ns;
   else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
     due_at_ns = tick_start_ns(eng, deadline_tick(eng, t->deadline_ns));
   pthread_mutex_unlock(&eng->lock);

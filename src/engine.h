@@ -24,8 +24,9 @@
  * Time: nanoseconds since the engine's epoch (CLOCK_MONOTONIC at creation,
  * or 0 for a manual clock). Deadline ticks are rounded up, so nothing fires
  * early; delays are clamped to ENGINE_MAX_DELAY_NS; ENGINE_NEVER means never.
- * A manual clock's wheel ticks in nanoseconds, so its deadlines are exact
- * (the tick it was made with only counts stats.ticks).
+ * A manual clock's timeouts fall due at their exact deadline: the wheel
+ * takes the tick its time lies in, and holds what falls due later in that
+ * tick until the clock reaches it.
  *
  * Threads: every tq_* call may come from any thread; the mutex is held only
  * for list work (O(1) per timeout, plus sorting the timeouts that fall due
@@ -169,12 +170,14 @@ void tq_unhand(timeout *t, uint64_t seq);
 
 /* Nanoseconds from now until a poll would run something of q: 0 when a
  * timeout is due; otherwise until the earliest armed one falls due (its
- * deadline rounded up to the tick); ENGINE_NEVER when none can. Cost:
+ * deadline, rounded up to the tick on the real clock); ENGINE_NEVER when
+ * none can. Cost:
  * O(wheel_size / 64) for a queue alone on its engine; with a shared engine,
  * plus the other queues' timeouts that fall due first. */
 uint64_t tq_next_due(timer_queue *q);
-/* When t falls due, in nanoseconds of the engine's clock: its deadline
- * rounded up to the tick while armed, 0 once due, ENGINE_NEVER otherwise. */
+/* When t falls due, in nanoseconds of the engine's clock: while armed, its
+ * deadline (rounded up to the tick on the real clock); 0 once due;
+ * ENGINE_NEVER otherwise. */
 uint64_t tq_due_at(timeout *t);
 /* t's deadline on the engine's clock (ENGINE_NEVER: never). */
 uint64_t tq_deadline(timeout *t);
