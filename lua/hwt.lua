@@ -15,6 +15,7 @@ local pack = table.pack or function(...) return { n = select("#", ...), ... } en
 local huge = math.huge
 local report_error, traceback = internal.report_error, internal.traceback
 local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
+local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to = internal.clock_mark, internal.step_to
 local core_wait = Timer.wait
@@ -29,10 +30,10 @@ local type_name, is_callable = checks.type_name, checks.is_callable
 -- finished: by the next `take`, by `finish`, or by the drain's finalizer if
 -- the coroutine is dropped while the task is suspended.
 
-local NOTHING = {}              -- what call_taken returns when nothing was due
+local NOTHING = {}              -- what run_batch returns when nothing was due
+local CALL_WITH_ARGS = 3        -- take()'s shape for a TimerTask or > 2 arguments
 
-local function call_taken(t, is_method, task, ...)
-  if t == nil then return NOTHING end
+local function call_with_args(task, t, is_method, ...)
   if is_method then return task:run(t, ...) end
   return task(t, ...)
 end
@@ -40,9 +41,16 @@ end
 -- Runs up to `budget` tasks in one protected call, counting in done[1] those
 -- that returned; NOTHING when nothing more is due. One xpcall per batch, not
 -- per task: a task's error ends the batch, and run_drain starts the next.
+-- take() gives a task with up to 2 arguments as plain values, so that the
+-- common call is not a vararg one.
 local function run_batch(drain, budget, done)
   for n = 1, budget do
-    if call_taken(take(drain)) == NOTHING then return NOTHING end
+    local task, t, shape, a, b = take(drain)
+    if shape == 0 then task(t)
+    elseif shape == 1 then task(t, a)
+    elseif shape == 2 then task(t, a, b)
+    elseif shape == CALL_WITH_ARGS then call_with_args(task, t, args_of(drain))
+    else return NOTHING end
     done[1] = n
   end
 end

@@ -495,15 +495,21 @@ static int internal_drain(lua_State *L) {
   return 2;
 }
 
-/* Pushes the timeout's call: the Timeout, whether the task is a TimerTask
- * (task:run(...)), the task and the extra arguments. */
+/* How lua/hwt.lua calls a task: task(t) .. task(t, a, b) straight from the
+ * values take() returns (no vararg call on the common path), or, for a
+ * TimerTask or more arguments, with what internal.args() returns. */
+#define CALL_WITH_ARGS 3          /* 0, 1, 2: that many extra arguments */
+
+/* Pushes the timeout's call: the task, the Timeout, its CALL_* shape and,
+ * for shapes 0-2, the extra arguments. */
 static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
-  lua_pushvalue(L, timeout_idx);
-  lua_pushboolean(L, to->run_method);
   compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
-  for (int i = 0; i < to->nargs; i++)
+  lua_pushvalue(L, timeout_idx);
+  int shape = to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
+  lua_pushinteger(L, shape);
+  for (int i = 0; shape < CALL_WITH_ARGS && i < shape; i++)
     compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
-  return 3 + to->nargs;
+  return 3 + (shape < CALL_WITH_ARGS ? shape : 0);
 }
 
 /* Ends the drain's current timeout (index 1: the drain): a periodic one is
@@ -530,7 +536,8 @@ static void finish_current(lua_State *L, drain *d) {
 
 /* internal.take(drain) -> finishes the drain's current timeout, then
  * returns the next one's call (see push_call), now started and current;
- * nothing when there is none. */
+ * nothing when there is none. Raises nothing after the start, so a taken
+ * timeout is always called. */
 static int internal_take(lua_State *L) {
   drain *d = check_drain(L, 1);
   if (d->is_handoff && d->current) return 0;  /* fn called again while its task runs */
@@ -549,12 +556,25 @@ static int internal_take(lua_State *L) {
   d->taken++;
   count_drain_in(to);
   push_anchored(L, to);
-  /* The probe made room for the most arguments, but a collection may have
-   * shrunk the stack since: growing it again can only fail for memory, and
-   * that is this task's error (it counts as run). */
+  return push_call(L, lua_gettop(L), to);
+}
+
+/* internal.args(drain) -> whether the current timeout's task is a TimerTask
+ * (task:run(...)), and its extra arguments. The probe made room for the
+ * most arguments, but a collection may have shrunk the stack since: growing
+ * it again can only fail for memory, and that is this task's error. */
+static int internal_args(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  lhwt_timeout *to = d->current;
+  if (!to) return 0;
   if (TAKE_SLOTS + to->nargs > LUA_MINSTACK && !lua_checkstack(L, TAKE_SLOTS + to->nargs))
     luaL_error(L, "not enough memory");
-  return push_call(L, lua_gettop(L), to);
+  push_anchored(L, to);
+  int timeout_idx = lua_gettop(L);
+  lua_pushboolean(L, to->run_method);
+  for (int i = 0; i < to->nargs; i++)
+    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+  return 1 + to->nargs;
 }
 
 static int internal_finish(lua_State *L) {
@@ -1255,7 +1275,8 @@ static const luaL_Reg module_functions[] = {
 
 /* For lua/hwt.lua alone (core.internal; not exported by hwt). */
 static const luaL_Reg internal_functions[] = {
-  {"drain", internal_drain}, {"take", internal_take}, {"finish", internal_finish},
+  {"drain", internal_drain}, {"take", internal_take}, {"args", internal_args},
+  {"finish", internal_finish},
   {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
