@@ -735,24 +735,36 @@ static uint64_t next_beat(uint64_t last_deadline_ns, uint64_t interval_ns, uint6
   return deadline_after(last_deadline_ns, beats * interval_ns);
 }
 
-bool tq_finish(timeout *t, uint64_t seq) {
-  timer_queue *q = t->owner;
-  engine *eng = lock_engine(q);
-  if (!eng) return false;
-  bool held;
-  if (t->seq != seq) {                            /* reset while it ran */
-    held = still_held_locked(t);
-  } else if (t->state == TIMEOUT_RUNNING && t->periodic && !q->stopped) {
+static bool finish_locked(engine *eng, timeout *t, uint64_t seq) {
+  if (t->seq != seq) return still_held_locked(t);  /* reset while it ran */
+  if (t->state == TIMEOUT_RUNNING && t->periodic && !t->owner->stopped) {
     t->deadline_ns = next_beat(t->deadline_ns, t->period_ns, engine_now(eng));
     t->seq = eng->next_seq++;
     arm_locked(eng, t);
-    held = true;
-  } else {
-    if (t->state == TIMEOUT_RUNNING) t->state = TIMEOUT_DONE;
-    held = false;
+    return true;
   }
+  if (t->state == TIMEOUT_RUNNING) t->state = TIMEOUT_DONE;
+  return false;
+}
+
+bool tq_finish(timeout *t, uint64_t seq) {
+  engine *eng = lock_engine(t->owner);
+  if (!eng) return false;
+  bool held = finish_locked(eng, t, seq);
   pthread_mutex_unlock(&eng->lock);
   return held;
+}
+
+timeout *tq_finish_and_pop(timeout *done, uint64_t done_seq, bool *done_held, uint64_t seq_limit) {
+  timer_queue *q = done->owner;
+  engine *eng = lock_engine(q);
+  *done_held = false;
+  if (!eng) return NULL;
+  *done_held = finish_locked(eng, done, done_seq);
+  timeout *t = take_due_locked(q, seq_limit);
+  if (t) start_locked(eng, t);
+  pthread_mutex_unlock(&eng->lock);
+  return t;
 }
 
 int tq_reset(timeout *t, uint64_t delay_ns) {

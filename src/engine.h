@@ -155,6 +155,9 @@ int tq_reset(timeout *t, uint64_t delay_ns);
 uint64_t tq_poll_begin(timer_queue *q);
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit);
 bool tq_finish(timeout *t, uint64_t seq);
+/* tq_finish(done, done_seq), its result in *done_held, then tq_pop_due of
+ * done's queue: one lock round-trip for the step from one task to the next. */
+timeout *tq_finish_and_pop(timeout *done, uint64_t done_seq, bool *done_held, uint64_t seq_limit);
 
 /* A poll in two steps, for callers that start each task later, elsewhere (a
  * coroutine of its own): tq_hand_due takes the next due timeout as

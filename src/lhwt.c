@@ -517,12 +517,7 @@ static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
  * again or another drain holds it. A taken timeout stays anchored until
  * here (cancel() and stop() leave its anchor to the drain), so the drain
  * need not hold it otherwise. */
-static void finish_current(lua_State *L, drain *d) {
-  lhwt_timeout *to = d->current;
-  if (!to) return;
-  d->current = NULL;
-  count_drain_out(to);
-  bool still_pending = tq_finish(&to->node, d->current_seq);
+static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pending) {
   if (still_pending && d->tm->has_watcher) {
     compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
     tell_if_earlier(L, d->tm, -1, to);
@@ -534,6 +529,41 @@ static void finish_current(lua_State *L, drain *d) {
   }
 }
 
+static void finish_current(lua_State *L, drain *d) {
+  lhwt_timeout *to = d->current;
+  if (!to) return;
+  d->current = NULL;
+  count_drain_out(to);
+  after_finish(L, d, to, tq_finish(&to->node, d->current_seq));
+}
+
+static void make_current(drain *d, lhwt_timeout *to) {
+  d->current = to;
+  d->current_seq = to->node.seq;
+  d->taken++;
+  count_drain_in(to);
+}
+
+/* A poll's step from its current timeout to the next due one, with one
+ * engine lock round-trip; the next is current before the finished one's
+ * watcher or anchor is dealt with (which may raise). */
+static lhwt_timeout *step_poll(lua_State *L, drain *d) {
+  lhwt_timeout *done = d->current;
+  if (!done) {
+    lhwt_timeout *first = (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit);
+    if (first) make_current(d, first);
+    return first;
+  }
+  d->current = NULL;
+  count_drain_out(done);
+  bool done_pending;
+  lhwt_timeout *to = (lhwt_timeout *)tq_finish_and_pop(&done->node, d->current_seq, &done_pending,
+                                                       d->seq_limit);
+  if (to) make_current(d, to);
+  after_finish(L, d, done, done_pending);
+  return to;
+}
+
 /* internal.take(drain) -> finishes the drain's current timeout, then
  * returns the next one's call (see push_call), now started and current;
  * nothing when there is none. Raises nothing after the start, so a taken
@@ -541,20 +571,18 @@ static void finish_current(lua_State *L, drain *d) {
 static int internal_take(lua_State *L) {
   drain *d = check_drain(L, 1);
   if (d->is_handoff && d->current) return 0;  /* fn called again while its task runs */
-  finish_current(L, d);
-  lhwt_timeout *to;
+  lhwt_timeout *to = NULL;
   if (d->handed) {
     to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
     d->handed = NULL;
     drop_handed(L);
+    if (to) make_current(d, to);
+  } else if (d->seq_limit) {
+    to = step_poll(L, d);                     /* makes it current */
   } else {
-    to = d->seq_limit ? (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit) : NULL;
+    finish_current(L, d);
   }
   if (!to) return 0;
-  d->current = to;
-  d->current_seq = to->node.seq;
-  d->taken++;
-  count_drain_in(to);
   push_anchored(L, to);
   return push_call(L, lua_gettop(L), to);
 }

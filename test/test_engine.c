@@ -542,6 +542,23 @@ static void test_reset_races_worker(void) {
   tq_destroy(&q);
 }
 
+/* The drain's step: finish one task and take the next under one lock. */
+static void test_finish_and_pop(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout p = {0}, a = {0};
+  CHECK(tq_schedule(&q, &p, 10 * MS, 10 * MS) == TQ_OK && tq_schedule(&q, &a, 10 * MS, 0) == TQ_OK);
+  engine_advance_manual(eng, 10 * MS);
+  uint64_t limit = tq_poll_begin(&q);
+  CHECK(tq_pop_due(&q, limit) == &p);
+  bool held = false;
+  CHECK(tq_finish_and_pop(&p, p.seq, &held, limit) == &a && held && p.state == TIMEOUT_PENDING);
+  CHECK(a.state == TIMEOUT_RUNNING && tq_deadline(&p) == 20 * MS);
+  CHECK(tq_finish_and_pop(&a, a.seq, &held, limit) == NULL && !held && a.state == TIMEOUT_DONE);
+  CHECK(tq_pending(&q) == 1);
+  tq_destroy(&q);
+}
+
 typedef struct test_case {
   const char *name;
   void (*run)(void);
@@ -552,6 +569,7 @@ static const test_case tests[] = {
   {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
   {"hand_off_and_next_due", test_hand_off_and_next_due},
   {"reset", test_reset},
+  {"finish_and_pop", test_finish_and_pop},
   {"reset_periodic", test_reset_periodic},
   {"select_pending", test_select_pending},
   {"step_manual", test_step_manual},
