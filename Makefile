@@ -171,9 +171,11 @@ asan: deps asan-build
 demo: deps all
 	@$(RUN_ENV) $(LUA) examples/retry.lua
 
-# Side-by-side benchmark against luv, a Lua heap and Netty (bench/RESULTS.md).
+# Side-by-side benchmark: hwt on $(LUA) and on LuaJIT against luv, a Lua heap,
+# Netty and timerwheel.lua (bench/RESULTS.md). LuaJIT and its headers too.
 bench-deps: deps
 	@LUA=$(LUA) HWT_BENCH=1 sh test/deps.sh
+	@LUA=luajit sh test/deps.sh
 
 bench: bench-deps all
 	@LUA=$(LUA) sh bench/run.sh full
@@ -210,7 +212,7 @@ help:
 	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
 	@echo "make chaos    random scripts in many states on threads, 60 s under ASan+UBSan, 30 s under TSan"
-	@echo "make bench    hwt vs luv, a Lua heap and Netty (make bench-deps installs them)"
+	@echo "make bench    hwt (Lua 5.4, LuaJIT) vs luv, a Lua heap and Netty (make bench-deps installs them)"
 	@echo "make bench-quick  a one-minute version of make bench"
 	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"

@@ -1,10 +1,14 @@
 -- Side-by-side timer benchmark: one (peer, workload) per process.
 --   lua5.4 bench/lua_bench.lua <peer> <workload> <N> [seconds]
+--   luajit bench/lua_bench.lua <peer> <workload> <N> [seconds]
 -- peer: hwt | luv | heap | lua (lua = reference rows only: W0 closure floor)
--- workload: W0 W1 W2 W3 W4 W5 W6 (see bench/run.sh; W6 takes its N as given,
--- run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
+-- workload: W0 W1 W1s W2 W3 W3s W4 W5 W6 (see bench/run.sh; W6 takes its N as
+-- given, run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
 --
--- Run from the project root with LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;'.
+-- Run from the project root with LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;'
+-- (LuaJIT: LUA_CPATH='build/luajit/?.so;;'; run.sh's "hwtjit" peer is the hwt
+-- peer run by luajit). The file runs on Lua 5.3+ and on LuaJIT 2.1: what needs
+-- 64-bit integers (the PRNG) is compiled with load() for the running VM.
 --
 -- Fairness rules followed here:
 -- * Same pseudo-random delays for every peer: xorshift64* with a fixed seed
@@ -16,7 +20,10 @@
 -- * One clock for everyone: hwt.now() (CLOCK_MONOTONIC seconds, a C call);
 --   loading the hwt module starts no thread (only hwt.new does).
 -- * Every timeout gets its own closure (created inside the timed region: that
---   is part of the price a Lua program pays; W0 gives the closure floor).
+--   is part of the price a Lua program pays; W0 gives the closure floor),
+--   except in W1s and W3s: there every timeout shares one function and gets
+--   its argument (`timer:timeout(d, on_timeout, conn)`, the OpenResty idiom),
+--   with the N `conn` tables made before timing, as a server has them.
 -- * Handle arrays and result arrays are pre-sized before timing.
 -- * CPU = os.clock() (process CPU time, all threads) over the same region.
 --
@@ -36,6 +43,12 @@
 --   Its loop sleeps until the next deadline with luv's uv.sleep(ms) (integer
 --   ms, rounded up), so it inherits 1 ms sleep granularity. If the library
 --   cannot be loaded a built-in heap with the same API is used (reported).
+--   W1s/W3s: the argument (the conn table) is the heap's unique payload and
+--   the shared function is kept beside it (fns[conn] = fn), set and cleared
+--   with the entry.
+-- * luv in W1s/W3s: a uv timer per timeout still (one handle each), started
+--   with the one shared callback; luv passes no argument to a timer callback,
+--   so the conn is not carried (a closure or a handle->conn map would be).
 local peer, workload, N, seconds = arg[1], arg[2], tonumber(arg[3]), tonumber(arg[4])
 assert(peer and workload and N, "usage: lua_bench.lua <peer> <workload> <N> [seconds]")
 N = math.floor(N)
@@ -45,25 +58,51 @@ local now = hwt.now
 local floor, ceil = math.floor, math.ceil
 
 local function result(metric, value)
-  if math.type(value) == "float" then
-    value = string.format("%.6g", value)
+  if math.type then
+    if math.type(value) == "float" then value = string.format("%.6g", value) end
+  elseif type(value) == "number" then     -- LuaJIT: every number is a double
+    if value == floor(value) and value > -2^53 and value < 2^53 then
+      value = string.format("%d", value)
+    else
+      value = string.format("%.6g", value)
+    end
   end
   io.write(string.format("RESULT %s %s %s %s\n", peer, workload, metric, tostring(value)))
 end
 
 -- ---------------------------------------------------------------- inputs
-local x = 0x9E3779B97F4A7C15
-local function rand53()
-  x = x ~ (x >> 12)
-  x = x ~ (x << 25)
-  x = x ~ (x >> 27)
-  return (x * 0x2545F4914F6CDD1D) >> 11
-end
-local TWO_M53 = 2.0 ^ -53
+-- unit() = rand53() * 2^-53 and below(i) = rand53() % i, rand53() being the
+-- top 53 bits of xorshift64*: Lua 5.3+ integers, or LuaJIT's uint64_t cdata
+-- (exact: tonumber of a value < 2^53). Both VMs draw the same numbers.
+local unit, below = assert(load(jit and [[
+  local bit = require("bit")
+  local bxor, shl, shr = bit.bxor, bit.lshift, bit.rshift
+  local x = 0x9E3779B97F4A7C15ULL
+  local function rand53()
+    x = bxor(x, shr(x, 12))
+    x = bxor(x, shl(x, 25))
+    x = bxor(x, shr(x, 27))
+    return shr(x * 0x2545F4914F6CDD1DULL, 11)
+  end
+  local TWO_M53 = 2.0 ^ -53
+  return function() return tonumber(rand53()) * TWO_M53 end,
+         function(i) return tonumber(rand53() % i) end
+]] or [[
+  local x = 0x9E3779B97F4A7C15
+  local function rand53()
+    x = x ~ (x >> 12)
+    x = x ~ (x << 25)
+    x = x ~ (x >> 27)
+    return (x * 0x2545F4914F6CDD1D) >> 11
+  end
+  local TWO_M53 = 2.0 ^ -53
+  return function() return rand53() * TWO_M53 end,
+         function(i) return rand53() % i end
+]], "=rng"))()
 
 local function delays(n, lo, hi)
   local d, span = {}, hi - lo
-  for i = 1, n do d[i] = lo + span * (rand53() * TWO_M53) end
+  for i = 1, n do d[i] = lo + span * unit() end
   return d
 end
 
@@ -71,7 +110,7 @@ local function permutation(n)
   local p = {}
   for i = 1, n do p[i] = i end
   for i = n, 2, -1 do
-    local j = 1 + rand53() % i
+    local j = 1 + below(i)
     p[i], p[j] = p[j], p[i]
   end
   return p
@@ -109,7 +148,9 @@ end
 
 -- ---------------------------------------------------------------- peers
 -- Each peer: new(tick, wheel) -> ctx; schedule(ctx, delay, fn) -> handle;
--- cancel(ctx, handle); drain(ctx) runs until nothing is pending;
+-- cancel(ctx, handle); schedule_arg(ctx, delay, fn, arg) -> handle and
+-- cancel_arg(ctx, handle) for W1s/W3s (fn shared by every timeout);
+-- drain(ctx) runs until nothing is pending;
 -- idle(ctx, s) blocks s seconds with one far timeout pending.
 local peers = {}
 
@@ -119,6 +160,8 @@ peers.hwt = {
   end,
   schedule = function(ctx, delay, fn) return ctx.timer:timeout(delay, fn) end,
   cancel = function(_, h) h:cancel() end,
+  schedule_arg = function(ctx, delay, fn, arg) return ctx.timer:timeout(delay, fn, arg) end,
+  cancel_arg = function(_, h) h:cancel() end,
   drain = function(ctx)
     local timer = ctx.timer
     while timer:pending() > 0 do timer:wait(); timer:poll() end
@@ -147,6 +190,12 @@ peers.luv = {
     return t
   end,
   cancel = function(_, t) t:stop(); t:close() end,
+  schedule_arg = function(_, delay, fn)   -- luv has no argument to pass
+    local t = uv.new_timer()
+    t:start(ceil(delay * 1000), 0, fn)
+    return t
+  end,
+  cancel_arg = function(_, t) t:stop(); t:close() end,
   drain = function() uv.run() end,
 }
 
@@ -172,7 +221,7 @@ local function need_heap()
     local function up(i)
       local k, it = keys[i], items[i]
       while i > 1 do
-        local p = i // 2
+        local p = floor(i / 2)
         if keys[p] <= k then break end
         keys[i], items[i] = keys[p], items[p]; pos[items[i]] = i; i = p
       end
@@ -211,13 +260,19 @@ peers.heap = {
   new = function()
     need_luv()      -- for uv.sleep only
     need_heap()
-    return { heap = heaplib.minUnique() }
+    return { heap = heaplib.minUnique(), fns = {} }
   end,
   schedule = function(ctx, delay, fn)
     ctx.heap:insert(now() + delay, fn)
     return fn
   end,
   cancel = function(ctx, fn) ctx.heap:remove(fn) end,
+  schedule_arg = function(ctx, delay, fn, arg)   -- arg: the unique payload
+    ctx.heap:insert(now() + delay, arg)
+    ctx.fns[arg] = fn
+    return arg
+  end,
+  cancel_arg = function(ctx, arg) ctx.heap:remove(arg); ctx.fns[arg] = nil end,
   drain = function(ctx)
     local heap, sleep = ctx.heap, uv.sleep
     while true do
@@ -279,6 +334,21 @@ local function fire(n, span, wheel)
     if deadline[i] > sched_end then after[#after + 1] = l end
   end
   table.sort(all); table.sort(after)
+  -- Callbacks/s while draining: the timeouts already due when scheduling
+  -- ended are the backlog; from then until the last of them has run, every
+  -- callback run counts (fire time = deadline + lateness).
+  local clear = sched_end
+  for i = 1, n do
+    if deadline[i] <= sched_end then
+      local t = deadline[i] + late[i]
+      if t > clear then clear = t end
+    end
+  end
+  local drained = 0
+  for i = 1, n do
+    local t = deadline[i] + late[i]
+    if t >= sched_end and t <= clear then drained = drained + 1 end
+  end
   result("n", n)
   result("wall_s", last - t0)
   result("sched_s", sched_end - t0)
@@ -288,6 +358,8 @@ local function fire(n, span, wheel)
   result("late_max_ms", all[#all] * 1e3)
   result("early", early)
   result("cpu_s", cpu)
+  if clear > sched_end then result("cb_per_s_drain", drained / (clear - sched_end)) end
+  result("backlog", drained)
 end
 
 -- ---------------------------------------------------------------- workloads
@@ -353,12 +425,61 @@ W.W3 = function()
   if nowait then
     for i = 1, N do
       cancel(ctx, schedule(ctx, 30.0, function() sink = i end))
-      if i & 1023 == 0 then nowait() end
+      if i % 1024 == 0 then nowait() end
     end
     nowait()
   else
     for i = 1, N do
       cancel(ctx, schedule(ctx, 30.0, function() sink = i end))
+    end
+  end
+  local dt = now() - t0
+  result("n", N)
+  result("ops_per_s", N / dt)
+end
+
+-- W1s: W1 with one shared function and an argument per timeout.
+W.W1s = function()
+  local d = delays(N, 1.0, 60.0)
+  local conns = {}
+  for i = 1, N do conns[i] = { id = i } end
+  local handles = presized(N, false)
+  local ctx = P.new(0.001)
+  local schedule = P.schedule_arg
+  local function on_timeout(_, conn) sink = conn end
+  full_gc()
+  local rss0 = statm_rss_bytes()
+  local t0 = now()
+  for i = 1, N do
+    handles[i] = schedule(ctx, d[i], on_timeout, conns[i])
+  end
+  local dt = now() - t0
+  full_gc()
+  local rss1 = statm_rss_bytes()
+  result("n", N)
+  result("ops_per_s", N / dt)
+  result("bytes_per_timeout", (rss1 - rss0) / N)
+  sink = #handles + #conns
+end
+
+-- W3s: W3 with one shared function and an argument (one conn).
+W.W3s = function()
+  local ctx = P.new(0.001)
+  local schedule, cancel = P.schedule_arg, P.cancel_arg
+  local conn = { id = 1 }
+  local function on_timeout(_, c) sink = c end
+  local nowait = peer == "luv" and function() uv.run("nowait") end
+  full_gc()
+  local t0 = now()
+  if nowait then
+    for i = 1, N do
+      cancel(ctx, schedule(ctx, 30.0, on_timeout, conn))
+      if i % 1024 == 0 then nowait() end
+    end
+    nowait()
+  else
+    for _ = 1, N do
+      cancel(ctx, schedule(ctx, 30.0, on_timeout, conn))
     end
   end
   local dt = now() - t0

@@ -4,13 +4,23 @@
 #
 # Every (peer, workload) runs in a fresh process with the same N and the same
 # pseudo-random delays (xorshift64*, fixed seed; see bench/lua_bench.lua).
-#   peers:  hwt, luv, heap (Lua processes: bench/lua_bench.lua),
+#   peers:  hwt, luv, heap (Lua processes: bench/lua_bench.lua on $LUA),
+#           hwtjit (the hwt peer of bench/lua_bench.lua run by luajit, with
+#             build/luajit/hwt/core.so: make -s LUA=luajit all),
 #           netty (bench/netty/HwtBench.java on netty-common's HashedWheelTimer),
+#           timerwheel (timerwheel.lua on LuaJIT: shown as missing unless its
+#             module loads; Debian does not package it),
 #           engine (build/bench_engine: hwt's C engine alone, ns per op).
+#   workloads: W1 schedule, W2 cancel, W3 churn, W4 fire 1 s, W5 idle,
+#           W6 fire over 10 s (see bench/lua_bench.lua), and W1s / W3s: W1 and
+#           W3 with one shared function and an argument per timeout
+#           (timer:timeout(d, on_timeout, conn)) instead of a closure each.
 #   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
-#   full runs the short throughput cells (W1-W3) three times each, round
-#   robin over the peers, and reports the median: these VMs are noisy.
+#   full runs the short throughput cells (W1-W3, W1s, W3s) three times each,
+#   round robin over the peers, and reports the median: these VMs are noisy.
 #   W6 is given N/5 as its N (every peer receives the count it must schedule).
+# Output: a summary table (issue 13's layout, markdown) with the targets'
+# ratios, then the detailed table (hwt on $LUA against luv, heap and Netty).
 # A peer that cannot run is shown as "missing", a run that fails as "failed".
 # full writes bench/RESULTS.md below the line <!-- bench:run --> (the part above
 # it is kept); quick only prints.
@@ -24,6 +34,8 @@ esac
 N6=$((N / 5))
 cd "$(dirname "$0")/.." || exit 1
 LUA=${LUA:-lua5.4}
+LUAJIT=${LUAJIT:-luajit}
+JIT_CPATH='build/luajit/?.so;;'
 export LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$LUA/?.so;;"
 NETTY_JAR=${NETTY_JAR:-/usr/share/java/netty-common.jar}
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/hwt-bench.XXXXXX") || exit 1
@@ -36,6 +48,9 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 say() { printf '%s\n' "$*" >&2; }
 
 make -s LUA="$LUA" all >&2 || { say "cannot build build/$LUA/hwt/core.so"; exit 1; }
+if [ "$LUA" != luajit ] && command -v "$LUAJIT" >/dev/null 2>&1; then
+  make -s LUA=luajit all >&2 || say "cannot build build/luajit/hwt/core.so: hwtjit will be missing"
+fi
 
 # ---------------------------------------------------------------- peers present
 present() { grep -qx "$1" "$OUT/present" 2>/dev/null; }
@@ -45,6 +60,20 @@ $LUA -e 'require("luv")' 2>/dev/null && echo luv >> "$OUT/present"
 # The heap peer needs a heap (lua-binaryheap, else a built-in one) and luv's
 # uv.sleep for its scheduler loop.
 present luv && echo heap >> "$OUT/present"
+if command -v "$LUAJIT" >/dev/null 2>&1 &&
+   LUA_CPATH="$JIT_CPATH" "$LUAJIT" -e 'require("hwt")' 2>/dev/null; then
+  printf 'hwtjit\nluajit\n' >> "$OUT/present"
+fi
+# timerwheel.lua (LuaJIT): not in Debian; bench/lua_bench.lua has no adapter
+# for it, so it is reported, not run.
+if command -v "$LUAJIT" >/dev/null 2>&1 && "$LUAJIT" -e 'require("timerwheel")' 2>/dev/null; then
+  TW_STATUS="n/a (installed, no adapter in bench/lua_bench.lua)"
+elif [ -z "$(apt-cache search --names-only timerwheel 2>/dev/null)" ]; then
+  TW_STATUS="missing (not packaged in Debian)"
+else
+  TW_STATUS="missing (not installed)"
+fi
+echo "PSTATUS timerwheel $TW_STATUS" >> "$RES"
 if command -v java >/dev/null 2>&1 && [ -f "$NETTY_JAR" ] && [ -f bench/netty/HwtBench.java ]; then
   if [ ! -f bench/netty/build/HwtBench.class ] ||
      [ bench/netty/HwtBench.java -nt bench/netty/build/HwtBench.class ]; then
@@ -76,25 +105,29 @@ run() {
   peer=$1 w=$2 n=$3 s=${4:-}
   if ! present "$peer"; then echo "STATUS $peer $w missing" >> "$RES"; return; fi
   say "  $peer $w n=$n${s:+ seconds=$s}"
+  as=$peer        # the peer name bench/lua_bench.lua prints
   case $peer in
-    netty) set -- java -cp "bench/netty/build:$NETTY_JAR" HwtBench "$w" "$n" $s ;;
-    *)     set -- "$LUA" bench/lua_bench.lua "$peer" "$w" "$n" $s ;;
+    netty)  set -- java -cp "bench/netty/build:$NETTY_JAR" HwtBench "$w" "$n" $s ;;
+    hwtjit) as=hwt; set -- env LUA_CPATH="$JIT_CPATH" "$LUAJIT" bench/lua_bench.lua hwt "$w" "$n" $s ;;
+    luajit) as=lua; set -- env LUA_CPATH="$JIT_CPATH" "$LUAJIT" bench/lua_bench.lua lua "$w" "$n" $s ;;
+    *)      set -- "$LUA" bench/lua_bench.lua "$peer" "$w" "$n" $s ;;
   esac
   if timeout "$TMO" "$@" > "$OUT/one" 2> "$OUT/err"; then
-    grep '^RESULT ' "$OUT/one" >> "$RES"
+    grep '^RESULT ' "$OUT/one" | sed "s/^RESULT $as /RESULT $peer /" >> "$RES"
   else
     rc=$?
-    grep '^RESULT ' "$OUT/one" >> "$RES"
+    grep '^RESULT ' "$OUT/one" | sed "s/^RESULT $as /RESULT $peer /" >> "$RES"
     if [ $rc = 3 ]; then echo "STATUS $peer $w missing" >> "$RES"
     else echo "STATUS $peer $w failed" >> "$RES"; say "    failed (exit $rc):"; sed 's/^/    /' "$OUT/err" >&2
     fi
   fi
 }
 
-PEERS="hwt luv heap netty"
+PEERS="hwt hwtjit luv heap netty"
 run lua W0 "$N"          # closure floor (Lua alone; uses hwt.now() as its clock)
-for w in W1 W2 W3 W4 W5 W6; do
-  case $w in W1|W2|W3) rounds=$REPEAT ;; *) rounds=1 ;; esac
+run luajit W0 "$N"
+for w in W1 W1s W2 W3 W3s W4 W5 W6; do
+  case $w in W1|W1s|W2|W3|W3s) rounds=$REPEAT ;; *) rounds=1 ;; esac
   round=0
   while [ $round -lt $rounds ]; do
     round=$((round + 1))
@@ -121,8 +154,12 @@ END=$(date +%s)
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- table
+# table head|summary|detail: the three parts of the output. summary is
+# markdown (issue 13's table and the targets); RESULTS.md keeps it outside
+# the code block that holds head and detail.
 table() {
-awk -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v REPEAT="$REPEAT" -v ELAPSED=$((END - START)) -v LOAD="$LOAD0 -> $LOAD1" '
+awk -v PART="$1" -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v REPEAT="$REPEAT" -v ELAPSED=$((END - START)) \
+    -v LOAD="$LOAD0 -> $LOAD1" -v LUANAME="$LUA" '
 function fmt(v) {
   if (v == "") return "-"
   if (v !~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) return v
@@ -147,15 +184,40 @@ function ratio(h, p, higher, m) {
 function cell(peer, w, m) {
   if ((peer SUBSEP w SUBSEP m) in val) return fmt(val[peer, w, m])
   if ((peer SUBSEP w) in status) return status[peer, w]
+  if (peer in pstatus) return pstatus[peer]
   return "-"
 }
+function count(peer, w, m) { return isnum(raw(peer, w, m)) ? sprintf("%d", raw(peer, w, m)) : cell(peer, w, m) }
 function raw(peer, w, m) { return ((peer SUBSEP w SUBSEP m) in val) ? val[peer, w, m] : "" }
+# A target row: "label | measured | met/missed"; x is the measured figure
+# (a ratio when what is "x"), compared with thr (ge: at least, le: at most).
+function target(label, x, op, thr, unit,   shown, verdict) {
+  if (!isnum(x)) { shown = (x == "") ? "-" : x; verdict = "-" }
+  else {
+    shown = (unit == "x") ? sprintf("%.2fx", x) : fmt(x) unit
+    if (op == "") verdict = "(no target)"
+    else if ((op == "ge" && x + 0 >= thr) || (op == "le" && x + 0 <= thr)) verdict = "met"
+    else verdict = "**missed**"
+  }
+  printf("| %-62s | %14s | %-11s |\n", label, shown, verdict)
+}
+# hwt/peer for throughput (higher is better), or peer/hwt (lower is better),
+# from two cells; "" when either is missing.
+function rel(a, b) { if (!isnum(a) || !isnum(b) || b + 0 == 0) return ""; return (a + 0) / (b + 0) }
+function why(peer, w, m) { return isnum(raw(peer, w, m)) ? "" : cell(peer, w, m) }
+function rel_or_why(a_peer, b_peer, w, m, swap,   r) {
+  r = swap ? rel(raw(b_peer, w, m), raw(a_peer, w, m)) : rel(raw(a_peer, w, m), raw(b_peer, w, m))
+  if (r != "") return r
+  if (why(b_peer, w, m) != "") return why(b_peer, w, m)
+  return why(a_peer, w, m)
+}
 $1 == "RESULT" {
   k = $2 SUBSEP $3 SUBSEP $4
   runs[k]++; sample[k, runs[k]] = $5
   if ($4 == "heap_impl") heapimpl = $5
 }
 $1 == "STATUS" { status[$2, $3] = $4 }
+$1 == "PSTATUS" { s = $0; sub(/^PSTATUS [^ ]+ /, "", s); pstatus[$2] = s }
 END {
   # Several runs of a cell: the median (the lower middle one of an even count).
   for (k in runs) {
@@ -167,9 +229,71 @@ END {
       }
     val[k] = sorted[int((n + 1) / 2)]
   }
+  if (PART == "head") {
+    printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
+    printf("One process per run; %s; load average before -> after: %s.\n",
+      REPEAT > 1 ? "W1-W3, W1s, W3s: median of " REPEAT " runs, the rest one run" : "one run each", LOAD)
+    printf("hwt = %s; hwt LuaJIT = the same bench/lua_bench.lua workloads run by luajit.\n", LUANAME)
+    printf("W1s/W3s = W1/W3 with one shared function and an argument per timeout, timer:timeout(d, on_timeout, conn)\n")
+    printf("(luv: a uv timer each, one shared callback, no argument; heap: conn as payload; Netty: one shared TimerTask).\n")
+    exit
+  }
+  if (PART == "summary") {
+    jit = "hwtjit"
+    printf("| %-52s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", "workload (N = " N ")", "hwt", "hwt LuaJIT", "Netty", "luv", "timerwheel.lua, LuaJIT", "Lua heap")
+    printf("|%s|%s:|%s:|%s:|%s:|%s|%s:|\n", "------------------------------------------------------", "-----------", "-----------", "-----------", "-----------", "----------------------------------", "-----------")
+    nr = split("W1 ops_per_s W1 schedule ops/s|W1 bytes_per_timeout W1 bytes per pending timeout (RSS; Netty: heap)|" \
+      "W1s ops_per_s W1s schedule, shared function + argument, ops/s|" \
+      "W1s bytes_per_timeout W1s bytes per pending timeout (RSS; Netty: heap)|" \
+      "W2 ops_per_s W2 cancel ops/s|W3 ops_per_s W3 churn ops/s|" \
+      "W3s ops_per_s W3s churn, shared function + argument, ops/s|" \
+      "W4 wall_s W4 wall s (N due within 1 s)|W4 cb_per_s_drain W4 callbacks/s while draining|" \
+      "W4 late_p99_after_ms W4 lateness p99 ms, due after scheduling|W4 cpu_s W4 CPU s|" \
+      "W5 wakeups W5 idle wake-ups (" IDLE " s)|" \
+      "W6 cpu_s W6 CPU s|W6 late_p99_ms W6 lateness p99 ms", rows, "|")
+    for (i = 1; i <= nr; i++) {
+      split(rows[i], f, " "); w = f[1]; m = f[2]
+      label = rows[i]; sub(/^[^ ]+ [^ ]+ /, "", label)
+      printf("| %-52s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", label, cell("hwt", w, m), cell(jit, w, m),
+        cell("netty", w, m), cell("luv", w, m), cell("timerwheel", w, m), cell("heap", w, m))
+    }
+    printf("\nNetty bytes are Java heap in use (RSS: W1 %s, W1s %s). Callbacks/s while draining: the timeouts due\n",
+      cell("netty", "W1", "bytes_rss_per_timeout"), cell("netty", "W1s", "bytes_rss_per_timeout"))
+    printf("when scheduling ends are the backlog (hwt %s, LuaJIT %s, Netty %s); from then until the last of them ran,\n",
+      count("hwt", "W4", "backlog"), count(jit, "W4", "backlog"), count("netty", "W4", "backlog"))
+    printf("every callback counts. Netty and luv run callbacks during the burst, so theirs is a small backlog.\n\n")
+    printf("| %-62s | %14s | %-11s |\n", "target (issue 13)", "measured", "")
+    printf("|%s|%s:|%s|\n", "----------------------------------------------------------------", "---------------", "-------------")
+    target("W1 schedule: hwt / luv >= 3", rel_or_why("hwt", "luv", "W1", "ops_per_s"), "ge", 3, "x")
+    target("W1 schedule: hwt / Netty >= 0.5", rel_or_why("hwt", "netty", "W1", "ops_per_s"), "ge", 0.5, "x")
+    target("W2 cancel: hwt / luv >= 4", rel_or_why("hwt", "luv", "W2", "ops_per_s"), "ge", 4, "x")
+    target("W3 churn: hwt / luv >= 4", rel_or_why("hwt", "luv", "W3", "ops_per_s"), "ge", 4, "x")
+    target("W3 churn: hwt / Lua heap >= 2", rel_or_why("hwt", "heap", "W3", "ops_per_s"), "ge", 2, "x")
+    nt = split("W1 ops_per_s schedule|W1s ops_per_s schedule, shared function|W2 ops_per_s cancel|W3 ops_per_s churn|" \
+      "W3s ops_per_s churn, shared function|W4 cb_per_s_drain callbacks/s while draining", trows, "|")
+    for (i = 1; i <= nt; i++) {
+      split(trows[i], f, " "); label = trows[i]; sub(/^[^ ]+ [^ ]+ /, "", label)
+      target(f[1] " " label ": LuaJIT / 5.4 >= 1", rel_or_why(jit, "hwt", f[1], f[2]), "ge", 1, "x")
+    }
+    target("W3 churn on LuaJIT: hwt / timerwheel.lua >= 2", rel_or_why(jit, "timerwheel", "W3", "ops_per_s"), "ge", 2, "x")
+    target("W1 bytes per pending timeout, closure included, 5.4 <= 250", raw("hwt", "W1", "bytes_per_timeout") == "" ? cell("hwt", "W1", "bytes_per_timeout") : raw("hwt", "W1", "bytes_per_timeout"), "le", 250, " B")
+    target("W1 bytes per pending timeout, closure included, LuaJIT <= 250", raw(jit, "W1", "bytes_per_timeout") == "" ? cell(jit, "W1", "bytes_per_timeout") : raw(jit, "W1", "bytes_per_timeout"), "le", 250, " B")
+    target("W4 wall: Netty / hwt >= 1 (hwt <= Netty)", rel_or_why("hwt", "netty", "W4", "wall_s", 1), "ge", 1, "x")
+    target("W4 callbacks/s while draining >= 3M", raw("hwt", "W4", "cb_per_s_drain") == "" ? cell("hwt", "W4", "cb_per_s_drain") : raw("hwt", "W4", "cb_per_s_drain"), "ge", 3e6, "")
+    target("W4 lateness p99, due after scheduling, <= 50 ms", raw("hwt", "W4", "late_p99_after_ms") == "" ? cell("hwt", "W4", "late_p99_after_ms") : raw("hwt", "W4", "late_p99_after_ms"), "le", 50, " ms")
+    target("W6 CPU: Netty / hwt >= 1 (hwt <= Netty)", rel_or_why("hwt", "netty", "W6", "cpu_s", 1), "ge", 1, "x")
+    target("W1s schedule, shared function: hwt / luv", rel_or_why("hwt", "luv", "W1s", "ops_per_s"), "", 0, "x")
+    target("W1s schedule, shared function: hwt / Netty", rel_or_why("hwt", "netty", "W1s", "ops_per_s"), "", 0, "x")
+    target("W3s churn, shared function: hwt / luv", rel_or_why("hwt", "luv", "W3s", "ops_per_s"), "", 0, "x")
+    target("W3s churn, shared function: hwt / Lua heap", rel_or_why("hwt", "heap", "W3s", "ops_per_s"), "", 0, "x")
+    exit
+  }
+  # PART == "detail": hwt on LUA against luv, the heap and Netty, every metric.
   # workload, metric, higher-is-better, label
   nr = split("W1 ops_per_s 1 schedule|W1 bytes_per_timeout 0 RSS/pending|" \
+    "W1s ops_per_s 1 schedule, shared fn + arg|W1s bytes_per_timeout 0 RSS/pending, shared fn + arg|" \
     "W2 ops_per_s 1 cancel (random order)|W3 ops_per_s 1 churn schedule+cancel|" \
+    "W3s ops_per_s 1 churn, shared fn + arg|" \
     "W4 wall_s 0 fire: wall, 1st schedule..last cb|W4 late_p50_ms 0 fire: lateness p50 ms|" \
     "W4 late_p99_ms 0 fire: lateness p99 ms|W4 late_p99_after_ms 0 fire: p99 ms, due after sched|" \
     "W4 late_max_ms 0 fire: lateness max ms|W4 early 0 fire: callbacks before deadline|" \
@@ -180,13 +304,12 @@ END {
     "W6 late_p99_after_ms 0 spread: p99 ms, due after sched|" \
     "W6 late_p50_ms 0 spread: lateness p50 ms|W6 late_max_ms 0 spread: lateness max ms|" \
     "W6 early 0 spread: callbacks before deadline", rows, "|")
-  printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
-  printf("One process per run; W1-W3: median of %d runs, the rest one run; load average before -> after: %s.\n", REPEAT, LOAD)
-  printf("Ratios: >1 means hwt is better (throughput: hwt/peer; times, CPU, bytes, lateness, wake-ups: peer/hwt);\n")
-  printf("n/a = a negative (early) value; inf = hwt measured 0; ~ = both below 1 ms CPU;\n")
+  printf("Detail (hwt on %s). Ratios: >1 means hwt is better (throughput: hwt/peer; times, CPU, bytes, lateness,\n", LUANAME)
+  printf("wake-ups: peer/hwt); n/a = a negative (early) value; inf = hwt measured 0; ~ = both below 1 ms CPU;\n")
   printf("missing = peer not installed; failed = run failed. Lateness = callback time - (time at schedule + delay).\n")
   printf("luv counts deadlines from its cached loop time (1 ms units), not refreshed during a burst of\n")
-  printf("schedules, so its callbacks can run early (negative lateness; see the early rows).\n\n")
+  printf("schedules, so its callbacks can run early (negative lateness; see the early rows).\n")
+  printf("Netty RSS/pending is Java heap in use per timeout.\n\n")
   fmtrow = "%-8s %-34s %10s %10s %10s %10s %9s %9s %9s\n"
   printf(fmtrow, "workload", "metric", "hwt", "luv", "heap", "netty", "hwt/luv", "hwt/heap", "hwt/netty")
   printf(fmtrow, "--------", "------", "---", "---", "----", "-----", "-------", "--------", "---------")
@@ -200,7 +323,14 @@ END {
       ratio(h, raw("luv", w, m), hi, m), ratio(h, raw("heap", w, m), hi, m), ratio(h, raw("netty", w, m), hi, m))
   }
   printf("\nreference: Lua closure floor (create+store N closures, nothing else): %s ops/s\n", cell("lua", "W0", "ops_per_s"))
+  printf("reference on LuaJIT, the same closure floor: %s ops/s\n", cell("luajit", "W0", "ops_per_s"))
   if (heapimpl != "") printf("heap peer: %s minUnique (index-tracked removal), loop sleeps with uv.sleep(ms)\n", heapimpl)
+  printf("timerwheel.lua on LuaJIT: %s\n", ("timerwheel" in pstatus) ? pstatus["timerwheel"] : "-")
+  # Sanity: every peer got the count it was asked for.
+  for (key in val) {
+    split(key, kk, SUBSEP)
+    if (kk[3] == "n") { want = (kk[2] == "W6") ? N6 : N; if (val[key] + 0 != want) printf("WARNING: %s %s ran n=%s, expected %d\n", kk[1], kk[2], val[key], want) }
+  }
   printf("\nC engine alone (build/bench_engine %d):\n", N)
   if (("engine" SUBSEP "all") in status) printf("  engine: %s\n", status["engine", "all"])
   else {
@@ -212,15 +342,13 @@ END {
       cell("engine", "ref_cache_miss", "ns_per_op"), cell("engine", "ref_clock_gettime", "ns_per_op"),
       cell("engine", "ref_lock_unlock", "ns_per_op"))
   }
-  # Sanity: every peer got the count it was asked for.
-  for (key in val) {
-    split(key, kk, SUBSEP)
-    if (kk[3] == "n") { want = (kk[2] == "W6") ? N6 : N; if (val[key] + 0 != want) printf("WARNING: %s %s ran n=%s, expected %d\n", kk[1], kk[2], val[key], want) }
-  }
 }' "$RES"
 }
 
-table > "$OUT/table"
+table head > "$OUT/head"
+table summary > "$OUT/summary"
+table detail > "$OUT/detail"
+{ cat "$OUT/head"; echo; cat "$OUT/summary"; echo; cat "$OUT/detail"; } > "$OUT/table"
 cat "$OUT/table"
 
 if [ "$MODE" = full ]; then
@@ -234,22 +362,29 @@ if [ "$MODE" = full ]; then
   {
     echo
     echo "## Side-by-side run ($(date -u '+%Y-%m-%d %H:%M UTC'))"
-    echo "Command: \`sh bench/run.sh full\` (\`make bench\`), from the project root."
+    echo "Command: \`sh bench/run.sh full\` (\`make bench\`), from the project root," \
+      "on commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git status --porcelain -- src lua 2>/dev/null)" ] && echo ' (src/ or lua/ with uncommitted changes)')."
     echo
     echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
       "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(uname -sr)."
     echo
     echo "Versions:"
     echo "- $($LUA -v 2>&1 | head -n1)"
+    echo "- $($LUAJIT -v 2>&1 | head -n1 || echo "$LUAJIT missing")"
     echo "- luv $($LUA -e 'print(require("luv").version_string())' 2>/dev/null || echo missing) (libuv)"
     echo "- heap peer: $(grep -m1 'heap_impl' "$RES" | awk '{print $5}' || true) (lua-binaryheap from /usr/share/lua/5.1 when installed)"
+    echo "- timerwheel.lua: $TW_STATUS"
     echo "- java: $(java -version 2>&1 | head -n1 || echo missing)"
     NV=$(unzip -p "$NETTY_JAR" META-INF/MANIFEST.MF 2>/dev/null | sed -n 's/^Implementation-Version: *//p' | tr -d '\r' | head -n1)
     echo "- netty: $NETTY_JAR ${NV:-version unknown}"
     echo "- $(${CC:-cc} --version 2>/dev/null | head -n1)"
     echo
+    cat "$OUT/head"
+    echo
+    cat "$OUT/summary"
+    echo
     echo '```'
-    cat "$OUT/table"
+    cat "$OUT/detail"
     echo '```'
   } >> "$OUT/md"
   cp "$OUT/md" "$R"

@@ -1,8 +1,13 @@
-// Netty HashedWheelTimer peer of the side-by-side timer benchmark (W1..W6).
+// Netty HashedWheelTimer peer of the side-by-side timer benchmark (W1..W6,
+// W1s, W3s).
 //
 // Build and run from the repository root:
 //   javac -d bench/netty/build -cp /usr/share/java/netty-common.jar bench/netty/HwtBench.java
-//   java -cp bench/netty/build:/usr/share/java/netty-common.jar HwtBench <W1..W6> <N> [seconds]
+//   java -cp bench/netty/build:/usr/share/java/netty-common.jar HwtBench <W1..W6|W1s|W3s> <N> [seconds]
+//
+// W1s and W3s are W1 and W3 with one shared TimerTask instance (a field, no
+// per-timeout lambda): the nearest Netty has to Lua's
+// timer:timeout(d, on_timeout, conn), since newTimeout takes no argument.
 //
 // One workload per invocation (fresh JVM). Each workload first runs a smaller,
 // untimed copy of itself on a separate timer to warm up the JIT, then measures.
@@ -216,6 +221,72 @@ public final class HwtBench {
         t.stop();
     }
 
+    // ---- W1s / W3s: W1 and W3 with one shared TimerTask --------------------------
+
+    /** The one task every timeout of W1s/W3s shares; its field stands in for the conn. */
+    static final class SharedTask implements TimerTask {
+        long fired;
+        @Override public void run(Timeout timeout) { fired++; sink += fired; }
+    }
+
+    static long scheduleAllShared(HashedWheelTimer t, long[] delays, Timeout[] out, TimerTask task) {
+        long start = System.nanoTime();
+        for (int i = 0; i < delays.length; i++) {
+            out[i] = t.newTimeout(task, delays[i], TimeUnit.NANOSECONDS);
+        }
+        return System.nanoTime() - start;
+    }
+
+    static void w1s(int n) {
+        SharedTask task = new SharedTask();
+        int warmN = warmCount(n);
+        HashedWheelTimer warm = timer1ms("hwt-warm");
+        scheduleAllShared(warm, delays(warmN, 1 * S, 60 * S), new Timeout[warmN], task);
+        warm.stop();
+        warm = null;
+
+        long[] d = delays(n, 1 * S, 60 * S);
+        Timeout[] handles = new Timeout[n];
+        HashedWheelTimer t = timer1ms("hwt-w1s");
+        t.start();
+        settle();
+        long heap0 = heapUsed(), rss0 = rssBytes();
+
+        long elapsed = scheduleAllShared(t, d, handles, task);
+
+        sleepMs(200);
+        settle();
+        long heap1 = heapUsed(), rss1 = rssBytes();
+
+        result("W1s", "ops_per_s", opsPerSec(n, elapsed));
+        result("W1s", "bytes_per_timeout", (double) (heap1 - heap0) / n);
+        result("W1s", "bytes_rss_per_timeout", (double) (rss1 - rss0) / n);
+        if (handles[n - 1] == null) throw new AssertionError();
+        t.stop();
+    }
+
+    static long churnShared(HashedWheelTimer t, int n, TimerTask task) {
+        long start = System.nanoTime();
+        for (int i = 0; i < n; i++) {
+            t.newTimeout(task, 30, TimeUnit.SECONDS).cancel();
+        }
+        return System.nanoTime() - start;
+    }
+
+    static void w3s(int n) {
+        SharedTask task = new SharedTask();
+        HashedWheelTimer warm = timer1ms("hwt-warm");
+        churnShared(warm, warmCount(n), task);
+        warm.stop();
+        settle();
+
+        HashedWheelTimer t = timer1ms("hwt-w3s");
+        t.start();
+        long elapsed = churnShared(t, n, task);
+        result("W3s", "ops_per_s", opsPerSec(n, elapsed));
+        t.stop();
+    }
+
     // ---- W2: cancel all of them in random order ------------------------------
 
     static void shuffle(Timeout[] a, XorShift64Star rng) {
@@ -325,6 +396,27 @@ public final class HwtBench {
         return late;
     }
 
+    /**
+     * Callbacks/s while draining, as in bench/lua_bench.lua: the timeouts due
+     * by the end of scheduling are the backlog; from then until the last of
+     * them has run, every callback run counts. Returns {callbacks, nanos}.
+     */
+    static long[] drain(FireRun r) {
+        long clear = r.schedEnd;
+        for (int i = 0; i < r.fired.length; i++) {
+            if (r.deadline[i] <= r.schedEnd && r.fired[i] > clear) clear = r.fired[i];
+        }
+        long count = 0;
+        for (long at : r.fired) if (at >= r.schedEnd && at <= clear) count++;
+        return new long[] {count, clear - r.schedEnd};
+    }
+
+    static void drainResults(String w, FireRun r) {
+        long[] dr = drain(r);
+        if (dr[1] > 0) result(w, "cb_per_s_drain", dr[0] / seconds(dr[1]));
+        result(w, "backlog", dr[0]);
+    }
+
     static void w4(int n) {
         HashedWheelTimer warm = timer1ms("hwt-warm");
         fire(warm, delays(Math.max(1, n / 10), 0, 1 * S));
@@ -343,6 +435,7 @@ public final class HwtBench {
         result("W4", "late_p99_after_ms", ms(percentile(after, 0.99)));
         result("W4", "late_max_ms", ms(all[all.length - 1]));
         result("W4", "cpu_s", seconds(r.cpuNanos));
+        drainResults("W4", r);
         t.stop();
     }
 
@@ -365,6 +458,7 @@ public final class HwtBench {
         result("W6", "late_p99_ms", ms(percentile(all, 0.99)));
         result("W6", "late_p99_after_ms", ms(percentile(after, 0.99)));
         result("W6", "late_max_ms", ms(all[all.length - 1]));
+        drainResults("W6", r);
         t.stop();
     }
 
@@ -412,7 +506,7 @@ public final class HwtBench {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 2) {
-            System.err.println("usage: HwtBench <W1..W6> <N> [seconds]");
+            System.err.println("usage: HwtBench <W1..W6|W1s|W3s> <N> [seconds]");
             System.exit(2);
         }
         String w = args[0];
@@ -420,6 +514,8 @@ public final class HwtBench {
         int seconds = args.length > 2 ? Integer.parseInt(args[2]) : 5;
         switch (w) {
             case "W1": w1(n); break;
+            case "W1s": w1s(n); break;
+            case "W3s": w3s(n); break;
             case "W2": w2(n); break;
             case "W3": w3(n); break;
             case "W4": w4(n); break;
