@@ -685,11 +685,16 @@ static void start_locked(engine *eng, timeout *t) {
   if (!t->periodic) q->stats.pending--;
 }
 
+static timeout *pop_due_locked(engine *eng, timer_queue *q, uint64_t seq_limit) {
+  timeout *t = take_due_locked(q, seq_limit);
+  if (t) start_locked(eng, t);
+  return t;
+}
+
 timeout *tq_pop_due(timer_queue *q, uint64_t seq_limit) {
   engine *eng = lock_engine(q);
   if (!eng) return NULL;
-  timeout *t = take_due_locked(q, seq_limit);
-  if (t) start_locked(eng, t);
+  timeout *t = pop_due_locked(eng, q, seq_limit);
   pthread_mutex_unlock(&eng->lock);
   return t;
 }
@@ -761,8 +766,7 @@ timeout *tq_finish_and_pop(timeout *done, uint64_t done_seq, bool *done_held, ui
   *done_held = false;
   if (!eng) return NULL;
   *done_held = finish_locked(eng, done, done_seq);
-  timeout *t = take_due_locked(q, seq_limit);
-  if (t) start_locked(eng, t);
+  timeout *t = pop_due_locked(eng, q, seq_limit);
   pthread_mutex_unlock(&eng->lock);
   return t;
 }
