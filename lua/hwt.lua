@@ -17,7 +17,7 @@ local report_error, traceback = internal.report_error, internal.traceback
 local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
 local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
-local clock_mark, step_to = internal.clock_mark, internal.step_to
+local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
 local type_name, is_callable = checks.type_name, checks.is_callable
 
@@ -181,7 +181,7 @@ function Timer:advance(seconds)
   return drain_timer(self, huge)
 end
 
-local function is_manual(timer) return timer:stats().clock == "manual" end
+local function is_manual(timer) return (clock_state(timer)) end
 
 -- timer:run(): wait() + poll() until nothing pending can fall due.
 function Timer:run()
@@ -218,7 +218,7 @@ local function run_for_manual(timer, seconds)
 end
 
 local function is_stopped(timer)
-  return timer:stats().stopped
+  return select(2, clock_state(timer))
 end
 
 local function run_for_real(timer, seconds)

@@ -811,6 +811,15 @@ static int internal_advance_clock(lua_State *L) {
   return 0;
 }
 
+/* internal.clock_state(timer) -> whether its clock is manual, whether it is
+ * stopped: what stats() says, without building the table. */
+static int internal_clock_state(lua_State *L) {
+  lhwt_timer *tm = check_timer(L, 1);
+  lua_pushboolean(L, tm->manual_clock);
+  lua_pushboolean(L, !tm->initialized || tq_is_stopped(&tm->queue));
+  return 2;
+}
+
 static int timer_pending(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)tq_pending(&check_timer(L, 1)->queue));
   return 1;
@@ -1308,7 +1317,8 @@ static const luaL_Reg internal_functions[] = {
   {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
-  {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to}, {NULL, NULL}
+  {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to},
+  {"clock_state", internal_clock_state}, {NULL, NULL}
 };
 
 /* Sets the functions of `functions` into the table at the top, each with the
