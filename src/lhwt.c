@@ -5,7 +5,8 @@
  *
  * Memory: the engine links two kinds of Lua memory. A Timeout userdata
  * embeds its `timeout` node; while the node is pending, due or running, the
- * userdata is anchored in its timer's anchor table (luaL_ref), and it is
+ * userdata is anchored in its timer's anchor table (at a slot the binding
+ * hands out: see anchor_slots), and it is
  * unanchored at the moment the engine lets go (cancel returned true,
  * tq_finish returned false, or stop handed it back), or, if a drain has
  * taken it, when that drain finishes it. A timer's queue lives in
@@ -18,7 +19,8 @@
  * so dropping a Timer still lets its __gc stop the queue, and for that the
  * functions a script gives (on_error, on_earlier's) hang on the Timer.
  * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
- * on_earlier watcher. Queue user value: 1 the anchor table. Timeout user
+ * on_earlier watcher. Queue user values: 1 the anchor table, 2 the memory
+ * of its free anchor slots. Timeout user
  * values: 1 its timer's queue, 2 its task, 3.. the extra arguments. Drain
  * user values: 1 its queue, 2 the anchor table, 3 a hand-off's timeout.
  *
@@ -56,7 +58,8 @@
 #define TIMER_UV_WATCHER 4      /* on_earlier's function */
 #define TIMER_UVS 4
 #define QUEUE_UV_ANCHORS 1
-#define QUEUE_UVS 1
+#define QUEUE_UV_FREE_SLOTS 2
+#define QUEUE_UVS 2
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
@@ -76,6 +79,17 @@
 
 typedef struct state_timers state_timers;
 
+/* Slots of a timer's anchor table: 1..used have been handed out, and `free`
+ * (capacity >= used, in a userdata the queue holds) keeps those given back,
+ * so giving one back never allocates. Cheaper than luaL_ref, which keeps its
+ * free list in the table itself and reads it on every call. */
+typedef struct anchor_slots {
+  uint32_t *free;
+  uint32_t free_count, used, capacity;
+} anchor_slots;
+#define ANCHOR_SLOTS_MIN 64
+#define ANCHOR_SLOTS_MAX (UINT32_C(1) << 30)   /* a slot is a table index (an int on 5.1) */
+
 /* The queue userdata. */
 typedef struct lhwt_timer {
   timer_queue queue;
@@ -87,6 +101,7 @@ typedef struct lhwt_timer {
   uint32_t wheel_size;
   bool has_watcher;             /* its Timer's TIMER_UV_WATCHER is set */
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
+  anchor_slots slots;
   state_timers *home;           /* the list it is in while running */
   struct lhwt_timer *prev_in_state, *next_in_state;
 } lhwt_timer;
@@ -105,7 +120,7 @@ struct state_timers {
 
 typedef struct lhwt_timeout {
   timeout node;                 /* first: engine pointers convert back */
-  int anchor_ref;               /* LUA_NOREF while not anchored */
+  uint32_t anchor;              /* its anchor table slot; 0 while not anchored */
   uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
   uint16_t drains;              /* drains that took it and have not finished it:
@@ -202,11 +217,42 @@ static void push_anchors(lua_State *L, int timer_idx) {
   compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
 }
 
-/* Releases the anchor of a timeout; a second call does nothing. */
-static void unanchor(lua_State *L, int anchors_idx, lhwt_timeout *to) {
-  if (to->anchor_ref == LUA_NOREF) return;
-  luaL_unref(L, anchors_idx, to->anchor_ref);
-  to->anchor_ref = LUA_NOREF;
+/* The queue (the timer's state) that a timeout belongs to. */
+static lhwt_timer *timer_of(const lhwt_timeout *to) {
+  return (lhwt_timer *)(void *)to->node.owner;    /* the queue is its first member */
+}
+
+/* Doubles the room for free slots of the queue at queue_idx. */
+static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int queue_idx) {
+  anchor_slots *slots = &tm->slots;
+  if (slots->capacity >= ANCHOR_SLOTS_MAX) luaL_error(L, "too many timeouts anchored");
+  uint32_t capacity = slots->capacity ? 2 * slots->capacity : ANCHOR_SLOTS_MIN;
+  uint32_t *free_slots = compat_newuserdata(L, capacity * sizeof *free_slots, 0);
+  if (slots->free_count) memcpy(free_slots, slots->free, slots->free_count * sizeof *free_slots);
+  compat_setuservalue(L, lua_absindex(L, queue_idx), QUEUE_UV_FREE_SLOTS);
+  slots->free = free_slots;
+  slots->capacity = capacity;
+}
+
+/* Anchors the Timeout at the top (popped) in the anchor table at
+ * anchors_idx, whose queue userdata is at queue_idx. */
+static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *to) {
+  lhwt_timer *tm = lua_touserdata(L, queue_idx);
+  anchor_slots *slots = &tm->slots;
+  if (slots->free_count == 0 && slots->used == slots->capacity)
+    grow_anchor_slots(L, tm, queue_idx);
+  to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
+  lua_rawseti(L, anchors_idx, (int)to->anchor);
+}
+
+/* Releases the anchor of a timeout of tm; a second call does nothing. */
+static void unanchor(lua_State *L, lhwt_timer *tm, int anchors_idx, lhwt_timeout *to) {
+  if (to->anchor == 0) return;
+  anchor_slots *slots = &tm->slots;
+  lua_pushnil(L);
+  lua_rawseti(L, anchors_idx, (int)to->anchor);
+  slots->free[slots->free_count++] = to->anchor;
+  to->anchor = 0;
 }
 
 /* ---- the state's timers ----------------------------------------------- */
@@ -461,7 +507,7 @@ static drain *new_drain(lua_State *L, int queue_idx) {
 /* Pushes the anchored Timeout `to` of the drain at index 1. */
 static void push_anchored(lua_State *L, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-  lua_rawgeti(L, -1, to->anchor_ref);
+  lua_rawgeti(L, -1, (int)to->anchor);
   lua_remove(L, -2);
 }
 
@@ -524,7 +570,7 @@ static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pe
     lua_pop(L, 1);
   } else if (!still_pending && to->drains == 0) {
     compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-    unanchor(L, lua_gettop(L), to);
+    unanchor(L, d->tm, lua_gettop(L), to);
     lua_pop(L, 1);
   }
 }
@@ -583,7 +629,8 @@ static int internal_take(lua_State *L) {
     finish_current(L, d);
   }
   if (!to) return 0;
-  push_anchored(L, to);
+  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);   /* stays below the results */
+  lua_rawgeti(L, -1, (int)to->anchor);
   return push_call(L, lua_gettop(L), to);
 }
 
@@ -710,13 +757,14 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   luaL_argcheck(L, nargs <= MAX_TASK_ARGS, 3 + MAX_TASK_ARGS, "too many task arguments");
   lhwt_timeout *to = compat_newuserdata(L, sizeof *to, TIMEOUT_UV_ARGS - 1 + nargs);
   memset(to, 0, sizeof *to);
-  to->anchor_ref = LUA_NOREF;
   to->nargs = (uint8_t)nargs;
   to->run_method = run_method;
   lua_pushvalue(L, TIMEOUT_MT_UPVALUE);
   lua_setmetatable(L, -2);
   int timeout_idx = lua_gettop(L);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  int queue_idx = timeout_idx + 1;
+  lua_pushvalue(L, queue_idx);
   compat_setuservalue(L, timeout_idx, TIMEOUT_UV_QUEUE);
   lua_pushvalue(L, 3);
   compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
@@ -724,19 +772,17 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
     lua_pushvalue(L, 4 + i);
     compat_setuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
   }
-  push_anchors(L, 1);
+  compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
+  int anchors_idx = queue_idx + 1;
   lua_pushvalue(L, timeout_idx);
-  to->anchor_ref = luaL_ref(L, -2);
+  anchor(L, anchors_idx, queue_idx, to);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
-    if (tm->has_watcher) {                       /* not on the common path */
-      compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-      tell_if_earlier(L, tm, -1, to);
-    }
-    lua_settop(L, timeout_idx);
+    if (tm->has_watcher) tell_if_earlier(L, tm, queue_idx, to);   /* not on the common path */
+    lua_pushvalue(L, timeout_idx);              /* returned from the top: no settop */
     return 1;
   }
-  unanchor(L, lua_gettop(L), to);
+  unanchor(L, tm, anchors_idx, to);
   return arming_failed(L, tm, result);
 }
 
@@ -958,10 +1004,10 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   while ((n = wheel_list_pop_front(&ended))) {
     lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
     if (to->node.state == TIMEOUT_CANCELLED) {
-      lua_rawgeti(L, anchors_idx, to->anchor_ref);
+      lua_rawgeti(L, anchors_idx, (int)to->anchor);
       lua_rawseti(L, result_idx, ++count);
     }
-    if (to->drains == 0) unanchor(L, anchors_idx, to);  /* else its drain's finish does */
+    if (to->drains == 0) unanchor(L, tm, anchors_idx, to);  /* else its drain's finish does */
   }
   lua_settop(L, result_idx);
 }
@@ -979,7 +1025,7 @@ static int timer_timeouts(lua_State *L) {
     return luaL_error(L, "not enough memory");
   lua_createtable(L, (int)kept, 0);
   for (size_t i = 0; i < kept; i++) {
-    lua_rawgeti(L, 2, ((lhwt_timeout *)held[i])->anchor_ref);
+    lua_rawgeti(L, 2, (int)((lhwt_timeout *)held[i])->anchor);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
@@ -1176,7 +1222,7 @@ static int timeout_cancel(lua_State *L) {
   if (cancelled && to->drains == 0) {         /* else its drain's finish unanchors */
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
     compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
-    unanchor(L, lua_gettop(L), to);
+    unanchor(L, timer_of(to), lua_gettop(L), to);
   }
   lua_pushboolean(L, cancelled);
   return 1;
@@ -1190,14 +1236,14 @@ static int timeout_cancel(lua_State *L) {
 static int timeout_reset(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
-  lhwt_timer *tm = (lhwt_timer *)(void *)to->node.owner;   /* queue: its first member */
-  bool anchored_here = to->anchor_ref == LUA_NOREF;
+  lhwt_timer *tm = timer_of(to);
+  bool anchored_here = to->anchor == 0;
   if (anchored_here) {
     lua_settop(L, 1);
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
     compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
     lua_pushvalue(L, 1);
-    to->anchor_ref = luaL_ref(L, 3);
+    anchor(L, 3, 2, to);
   }
   int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
   if (result == TQ_OK) {
@@ -1208,7 +1254,7 @@ static int timeout_reset(lua_State *L) {
     lua_pushboolean(L, true);
     return 1;
   }
-  if (anchored_here) unanchor(L, 3, to);
+  if (anchored_here) unanchor(L, tm, 3, to);
   return arming_failed(L, tm, result);
 }
 
