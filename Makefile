@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-nginx soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-nginx soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas rock rock-install
 
 all: $(MODULE)
@@ -196,6 +196,11 @@ bench-reset: deps all
 	@$(RUN_ENV) $(LUA) bench/reset.lua
 
 # nginx: the worker's wake-ups while idle and the lateness of 10^4 timeouts,
+# What any Lua timer pays on this machine, on Lua 5.4 and LuaJIT: a closure, a
+# userdata, a C call, an anchor, a cache miss, the drain floor (bench/RESULTS.md).
+bench-floor: bench-deps
+	@sh bench/floor.sh
+
 # hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/RESULTS.md).
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
@@ -217,5 +222,6 @@ help:
 	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make bench-reset  idle timeouts re-armed per event: reset() vs cancel + new and luv again()"
+	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

@@ -20,9 +20,10 @@
  *                    engine_advance_manual in 1 ms steps, each followed by
  *                    tq_poll_begin / tq_pop_due / tq_finish until drained;
  *                    the time of advance + pop + finish per expired timeout
- *                    (INFO: the same with the array in deadline order, and
- *                    the latency of one dependent cache miss over as much
- *                    memory as the timeouts take)
+ *                    (INFO: the same with the array in deadline order, the
+ *                    latency of one dependent cache miss over as much memory
+ *                    as the timeouts take, and the cost of one miss among
+ *                    independent ones, which the CPU overlaps)
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
@@ -162,6 +163,19 @@ static void bench_manual_clock(bench *b) {
   tq_destroy(&q);
 }
 
+/* Random loads whose addresses are all known in advance (next[] holds a
+ * permutation): the CPU overlaps the misses, as it can for a batch of
+ * independent nodes, but not along a list. */
+static void reference_miss_throughput(const size_t *next, size_t slots) {
+  enum { STEPS = 2000000 };
+  size_t sum = 0, at = 0;
+  uint64_t start = now_ns();
+  for (int i = 0; i < STEPS; i++, at = (at + 1) % slots) sum += next[next[at]];
+  result("ref_cache_miss_independent", (double)(now_ns() - start) / STEPS);
+  volatile size_t keep = sum;
+  (void)keep;
+}
+
 /* A dependent random walk over `bytes` of memory: what one cache miss costs
  * when the next address is known only after the load, as in a list walk. */
 static void reference_miss_latency(size_t bytes) {
@@ -182,6 +196,7 @@ static void reference_miss_latency(size_t bytes) {
   result("ref_cache_miss", (double)(now_ns() - start) / STEPS);
   volatile size_t keep = at;                     /* the walk must not be elided */
   (void)keep;
+  reference_miss_throughput(next, slots);
   free(next);
 }
 
