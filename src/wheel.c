@@ -13,6 +13,11 @@
 #include <stdlib.h>
 
 #define WORD_BITS 64
+#define PREFETCH_AHEAD 16          /* nodes prefetched ahead of a slot walk */
+#define HINTS_STALE_SLACK 64       /* stale hints a slot may keep beyond its live ones */
+#define HINTS_KEPT_MAX 4096        /* a larger record is freed once its slot is emptied */
+#define HINTED_SLOTS_MAX (UINT64_C(1) << 16)   /* a larger level keeps no hints:
+                                                   their table would be 24 B a slot */
 
 static unsigned level_shift(const wheel *w, unsigned level) {
   return level == 0 ? 0 : w->size_bits + WHEEL_LEVEL_BITS * (level - 1);
@@ -76,6 +81,52 @@ uint32_t wheel_round_size(uint32_t size) {
   return rounded;
 }
 
+/* ---- hints: where a slot's nodes are, for prefetching ------------------ */
+
+static wheel_hints *slot_hints(const wheel *w, unsigned level, uint64_t slot) {
+  return w->hints[level] ? &w->hints[level][slot] : NULL;
+}
+
+static bool grow_hints(wheel_hints *h) {
+  uint32_t capacity = h->capacity ? 2 * h->capacity : 8;
+  if (capacity < h->capacity) return false;
+  const wheel_node **at = realloc(h->at, capacity * sizeof *at);
+  if (!at) return false;
+  h->at = at;
+  h->capacity = capacity;
+  return true;
+}
+
+/* A hint that cannot be kept (no memory) only costs a prefetch. */
+static void note_inserted(wheel_hints *h, const wheel_node *n) {
+  if (!h) return;
+  h->live++;
+  if (h->count >= 2 * h->live + HINTS_STALE_SLACK) h->count = 0;   /* mostly stale */
+  if (h->count == h->capacity && !grow_hints(h)) return;
+  h->at[h->count++] = n;
+}
+
+static void note_removed(wheel_hints *h) {
+  if (h) h->live--;
+}
+
+static void prefetch_node(const wheel_node *n) {
+  __builtin_prefetch(n);
+  __builtin_prefetch((const char *)n + 64);  /* the owner's fields after the link */
+}
+
+/* Forgets a slot's hints (it is being emptied); a large record is freed. */
+static void clear_hints(wheel_hints *h) {
+  h->count = h->live = 0;
+  if (h->capacity > HINTS_KEPT_MAX) {
+    free(h->at);
+    h->at = NULL;
+    h->capacity = 0;
+  }
+}
+
+/* ---- the wheel --------------------------------------------------------- */
+
 int wheel_init(wheel *w, uint32_t size) {
   *w = (wheel){0};
   w->size = wheel_round_size(size);
@@ -89,14 +140,20 @@ int wheel_init(wheel *w, uint32_t size) {
       wheel_free(w);
       return -1;
     }
+    if (slots <= HINTED_SLOTS_MAX)                /* optional: NULL costs prefetches only */
+      w->hints[level] = calloc((size_t)slots, sizeof(wheel_hints));
   }
   return 0;
 }
 
 void wheel_free(wheel *w) {
   for (unsigned level = 0; level < WHEEL_LEVELS_MAX; level++) {
+    for (uint64_t slot = 0; w->hints[level] && slot < level_slots(w, level); slot++)
+      free(w->hints[level][slot].at);
+    free(w->hints[level]);
     free(w->slots[level]);
     free(w->occupied[level]);
+    w->hints[level] = NULL;
     w->slots[level] = NULL;
     w->occupied[level] = NULL;
   }
@@ -115,6 +172,7 @@ bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick) {
   if (*head) (*head)->prev = n;
   *head = n;
   mark_occupied(w, level, slot);
+  note_inserted(slot_hints(w, level, slot), n);
   w->count++;
   return true;
 }
@@ -125,6 +183,7 @@ void wheel_remove(wheel *w, wheel_node *n) {
   if (n->prev) n->prev->next = n->next; else *head = n->next;
   if (n->next) n->next->prev = n->prev;
   if (!*head) mark_empty(w, n->level, slot);
+  note_removed(slot_hints(w, n->level, slot));
   n->next = n->prev = NULL;
   w->count--;
 }
@@ -176,19 +235,27 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
   }
 }
 
-/* Empties one slot at now_tick: due nodes go to `due`, the rest move down. */
+/* Empties one slot at now_tick: due nodes go to `due`, the rest move down
+ * (never into this slot). The list runs newest first, the hints oldest
+ * first: the walk prefetches from the hints' end, PREFETCH_AHEAD ahead. */
 static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
   uint64_t slot = slot_index(w, level, w->now_tick);
   wheel_node *n = w->slots[level][slot];
   if (!n) return;
   w->slots[level][slot] = NULL;
   mark_empty(w, level, slot);
+  wheel_hints *h = slot_hints(w, level, slot);
+  const wheel_node **hint = h ? h->at : NULL;
+  uint32_t unfetched = h ? h->count : 0;
+  for (int i = 0; i < PREFETCH_AHEAD && unfetched; i++) prefetch_node(hint[--unfetched]);
   while (n) {
+    if (unfetched) prefetch_node(hint[--unfetched]);
     wheel_node *next = n->next;
     w->count--;
     if (!wheel_insert(w, n, n->deadline_tick)) wheel_list_push_back(due, n);
     n = next;
   }
+  if (h) clear_hints(h);
 }
 
 void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due) {

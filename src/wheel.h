@@ -12,6 +12,12 @@
  * Costs: insert O(1), remove O(1), wheel_next_event O(wheel_size / 64) in the
  * worst case (a bitmap scan of level 0), advance O(levels) per due node plus
  * O(wheel_size / 64) per occupied slot reached. Idle ticks cost nothing.
+ *
+ * Memory order: a slot's list is in insertion order, its nodes scattered, so
+ * walking it would wait for one cache miss per node. Each slot also records
+ * where its nodes are (wheel_hints, 8 B per node), and advance prefetches
+ * them ahead of the walk, so that the misses overlap (a level of more than
+ * 2^16 slots keeps no hints).
  */
 #ifndef HWT_WHEEL_H
 #define HWT_WHEEL_H
@@ -37,6 +43,16 @@ typedef struct wheel_list {
   wheel_node *head, *tail;
 } wheel_list;
 
+/* Where a slot's nodes lie in memory: the nodes inserted since the slot was
+ * last emptied, oldest first, for prefetching only. An entry may be stale (a
+ * node removed since, even freed): it is never read through, only
+ * prefetched, which cannot fault. `live` counts the slot's nodes, so that a
+ * record gone mostly stale can be dropped. */
+typedef struct wheel_hints {
+  const wheel_node **at;
+  uint32_t count, capacity, live;
+} wheel_hints;
+
 typedef struct wheel {
   uint64_t now_tick;           /* every deadline <= now_tick has been expired */
   size_t count;                /* nodes in the wheel */
@@ -45,6 +61,7 @@ typedef struct wheel {
   unsigned levels;
   wheel_node **slots[WHEEL_LEVELS_MAX];    /* slot heads, NULL when empty */
   uint64_t *occupied[WHEEL_LEVELS_MAX];    /* one bit per non-empty slot */
+  wheel_hints *hints[WHEEL_LEVELS_MAX];    /* per slot; NULL: none kept */
 } wheel;
 
 /* Rounds size up to a power of two; size must be 1..WHEEL_SIZE_MAX.

@@ -1098,6 +1098,81 @@ static void test_random_differential(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* hints: where a slot's nodes are, for prefetching only                    */
+/* ------------------------------------------------------------------------ */
+
+/* Nodes inserted and removed again and again in one slot: the slot's record
+ * of where its nodes are stays within 2 x live + 64 entries. */
+static void test_hints_bounded(void) {
+  enum { LIVE = 10, ROUNDS = 1000 };
+  wheel w;
+  if (!open_wheel(&w, 512, 0)) return;
+  wheel_node kept[LIVE], churned;
+  for (int i = 0; i < LIVE; i++) CHECK_TRUE(wheel_insert(&w, &kept[i], 7));
+  const wheel_hints *h = &w.hints[0][7];
+  uint32_t most = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    CHECK_TRUE(wheel_insert(&w, &churned, 7));
+    wheel_remove(&w, &churned);
+    if (h->count > most) most = h->count;
+  }
+  CHECK_EQ(h->live, LIVE);
+  CHECK(most <= 2 * (LIVE + 1) + 64, "a slot kept %" PRIu32 " hints for %d nodes", most, LIVE);
+  wheel_list due = {0};
+  wheel_advance(&w, 7, &due);
+  CHECK_EQ(list_len(&due), LIVE);
+  CHECK_EQ(h->count, 0);
+  CHECK_EQ(h->live, 0);
+  wheel_free(&w);
+}
+
+/* A hint may point at a node that was removed and freed: advance only
+ * prefetches it, never reads it (AddressSanitizer would report a read). A
+ * record over 4096 entries is freed once its slot is emptied. */
+static void test_hints_stale_and_freed(void) {
+  enum { NODES = 5000 };
+  wheel w;
+  if (!open_wheel(&w, 512, 0)) return;
+  wheel_node *gone = malloc(sizeof *gone);
+  wheel_node *kept = malloc(NODES * sizeof *kept);
+  if (!gone || !kept) {
+    CHECK(false, "out of memory");
+    free(gone);
+    free(kept);
+    wheel_free(&w);
+    return;
+  }
+  CHECK_TRUE(wheel_insert(&w, gone, 300));
+  wheel_remove(&w, gone);
+  free(gone);
+  for (int i = 0; i < NODES; i++) CHECK_TRUE(wheel_insert(&w, &kept[i], 300));
+  const wheel_hints *h = &w.hints[0][300];
+  CHECK_EQ(h->count, NODES + 1);
+  wheel_list due = {0};
+  wheel_advance(&w, 300, &due);
+  CHECK_EQ(list_len(&due), NODES);
+  CHECK_TRUE(list_consistent(&due));
+  CHECK(h->at == NULL && h->capacity == 0, "a record of %" PRIu32 " hints was kept", h->capacity);
+  free(kept);
+  wheel_free(&w);
+}
+
+/* A level of more than 2^16 slots keeps no hints, and works as well. */
+static void test_hints_absent_on_huge_levels(void) {
+  wheel w;
+  if (!open_wheel(&w, UINT32_C(1) << 17, 0)) return;
+  CHECK_TRUE(w.hints[0] == NULL);
+  CHECK_TRUE(w.hints[1] != NULL);
+  wheel_node a, b;
+  CHECK_TRUE(wheel_insert(&w, &a, 5));
+  CHECK_TRUE(wheel_insert(&w, &b, (UINT64_C(1) << 17) + 5));
+  wheel_list due = {0};
+  wheel_advance(&w, (UINT64_C(1) << 17) + 5, &due);
+  CHECK_EQ(list_len(&due), 2);
+  wheel_free(&w);
+}
+
+/* ------------------------------------------------------------------------ */
 
 typedef struct {
   const char *name;
@@ -1128,6 +1203,9 @@ int main(void) {
       {"size_one", test_size_one},
       {"list_helpers", test_list_helpers},
       {"random_differential", test_random_differential},
+      {"hints_bounded", test_hints_bounded},
+      {"hints_stale_and_freed", test_hints_stale_and_freed},
+      {"hints_absent_on_huge_levels", test_hints_absent_on_huge_levels},
   };
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
