@@ -14,7 +14,7 @@
 -- process that already freed memory it says little) come from there.
 local fm = require("floor_mod")
 local now, noop, noop2, newud = fm.now, fm.noop, fm.noop2, fm.newud
-local ref, unref, touch = fm.ref, fm.unref, fm.touch
+local ref, unref, touch, setslot = fm.ref, fm.unref, fm.touch, fm.setslot
 
 local N = math.floor(tonumber(os.getenv("N")) or 1e6)
 local VM = jit and "luajit" or (_VERSION:gsub("^Lua ", "lua"))
@@ -187,6 +187,23 @@ end)
 ns("touch_random", function(uds)
   for i = 1, N do touch(uds[i]) end
 end, function() return shuffled(fill_userdata(store())) end)
+
+-- W2's floor: W2's own loop (handles[order[k]], through a Lua wrapper, as
+-- lua_bench.lua calls every peer) around the least a cancel does: a method
+-- call on the userdata, a change of it under a lock, its anchor slot cleared.
+ns("cancel_floor", function(s)
+  local handles, anchors = s[1], s[2]
+  local cancel = function(_, h) h:release(anchors) end
+  for k = 1, N do cancel(nil, handles[perm[k]]) end
+end, function()
+  local handles, anchors = store(), store()
+  for i = 1, N do
+    local u = newud(task)
+    setslot(u, i)
+    handles[i], anchors[i] = u, u
+  end
+  return { handles, anchors }
+end)
 
 -- W4's drain floor: fire()'s callback body from bench/lua_bench.lua, closures
 -- made in order, run in a random order (a timer drains by deadline).

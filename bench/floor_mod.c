@@ -1,8 +1,9 @@
 /* floor_mod: the bare building blocks a Lua timer library pays for (a C call,
  * a userdata with a user value and a metatable, a registry-style reference,
- * a cache miss), measured by bench/floor.lua. Builds against Lua 5.4 and
+ * a cache miss, a cancel's lock and anchor), measured by bench/floor.lua. Builds against Lua 5.4 and
  * LuaJIT 2.1 (5.1 API); see bench/floor.sh. */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 #include "lua.h"
@@ -64,6 +65,33 @@ static int touch(lua_State *L) {
   return 0;
 }
 
+/* An anchor slot number kept in the userdata, as a Timeout keeps its own. */
+static int setslot(lua_State *L) {
+  unsigned char *p = lua_touserdata(L, 1);
+  int slot = (int)luaL_checkinteger(L, 2);
+  if (p == NULL) return luaL_argerror(L, 1, "userdata expected");
+  memcpy(p + sizeof slot, &slot, sizeof slot);
+  return 0;
+}
+
+/* ud:release(anchors): the least a cancel from Lua does: change the object
+ * under a lock (a timer's thread may be making it due meanwhile), then clear
+ * its anchor slot. */
+static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
+static int release(lua_State *L) {
+  unsigned char *p = lua_touserdata(L, 1);
+  int slot;
+  if (p == NULL) return luaL_argerror(L, 1, "userdata expected");
+  luaL_checktype(L, 2, LUA_TTABLE);
+  pthread_mutex_lock(&release_lock);
+  p[0] ^= 1;
+  memcpy(&slot, p + sizeof slot, sizeof slot);
+  pthread_mutex_unlock(&release_lock);
+  lua_pushnil(L);
+  lua_rawseti(L, 2, slot);
+  return 0;
+}
+
 static int now(lua_State *L) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -73,14 +101,17 @@ static int now(lua_State *L) {
 
 static const luaL_Reg funcs[] = {
   {"noop", noop},   {"noop2", noop2}, {"newud", newud}, {"ref", ref},
-  {"unref", unref}, {"touch", touch}, {"now", now},     {NULL, NULL}
+  {"unref", unref}, {"touch", touch}, {"now", now},     {"setslot", setslot},
+  {NULL, NULL}
 };
 
 int luaopen_floor_mod(lua_State *L) {
   /* metatable: methods on itself (mt.__index = mt), as bindings usually do */
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushcfunction(L, noop);
   lua_setfield(L, -2, "noop");
+  lua_pushcfunction(L, release);
+  lua_setfield(L, -2, "release");
   lua_pushvalue(L, -1);
   lua_setfield(L, -2, "__index");
   lua_createtable(L, 0, 7);

@@ -17,6 +17,16 @@
 #define compat_getuservalue(L, idx, n) ((void)lua_getiuservalue(L, idx, n))
 #define compat_setuservalue(L, idx, n) ((void)lua_setiuservalue(L, idx, n))
 
+/* Several user values of the userdata at idx: compat_uservalues_open
+ * returns the index to pass to compat_uv_get / compat_uv_set (which pops
+ * the value), and compat_uservalues_close(L, uvs) ends the access, leaving
+ * what was pushed meanwhile. On 5.1-5.3 that is one lookup of the user
+ * value table instead of one per value. */
+#define compat_uservalues_open(L, idx) lua_absindex(L, idx)
+#define compat_uservalues_close(L, uvs) ((void)(uvs))
+#define compat_uv_get(L, uvs, n) ((void)lua_getiuservalue(L, uvs, n))
+#define compat_uv_set(L, uvs, n) ((void)lua_setiuservalue(L, uvs, n))
+
 #else  /* one table of user values, kept as the single uservalue/environment */
 
 #if LUA_VERSION_NUM == 501
@@ -93,6 +103,14 @@ static inline void compat_setuservalue(lua_State *L, int idx, int n) {
   lua_rawseti(L, -2, n);
   lua_pop(L, 1);
 }
+
+static inline int compat_uservalues_open(lua_State *L, int idx) {
+  compat_getuvtable(L, idx);
+  return lua_gettop(L);
+}
+#define compat_uservalues_close(L, uvs) lua_remove(L, uvs)
+#define compat_uv_get(L, uvs, n) lua_rawgeti(L, uvs, n)
+#define compat_uv_set(L, uvs, n) lua_rawseti(L, uvs, n)
 
 #endif
 

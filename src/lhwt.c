@@ -549,12 +549,14 @@ static int internal_drain(lua_State *L) {
 /* Pushes the timeout's call: the task, the Timeout, its CALL_* shape and,
  * for shapes 0-2, the extra arguments. */
 static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
-  compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
-  lua_pushvalue(L, timeout_idx);
   int shape = to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
+  int uvs = compat_uservalues_open(L, timeout_idx);
+  compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
+  lua_pushvalue(L, timeout_idx);
   lua_pushinteger(L, shape);
   for (int i = 0; shape < CALL_WITH_ARGS && i < shape; i++)
-    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+    compat_uv_get(L, uvs, TIMEOUT_UV_ARGS + i);
+  compat_uservalues_close(L, uvs);
   return 3 + (shape < CALL_WITH_ARGS ? shape : 0);
 }
 
@@ -645,10 +647,10 @@ static int internal_args(lua_State *L) {
   if (TAKE_SLOTS + to->nargs > LUA_MINSTACK && !lua_checkstack(L, TAKE_SLOTS + to->nargs))
     luaL_error(L, "not enough memory");
   push_anchored(L, to);
-  int timeout_idx = lua_gettop(L);
+  int uvs = compat_uservalues_open(L, -1);
   lua_pushboolean(L, to->run_method);
-  for (int i = 0; i < to->nargs; i++)
-    compat_getuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+  for (int i = 0; i < to->nargs; i++) compat_uv_get(L, uvs, TIMEOUT_UV_ARGS + i);
+  compat_uservalues_close(L, uvs);
   return 1 + to->nargs;
 }
 
@@ -764,14 +766,16 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   int timeout_idx = lua_gettop(L);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
   int queue_idx = timeout_idx + 1;
+  int uvs = compat_uservalues_open(L, timeout_idx);
   lua_pushvalue(L, queue_idx);
-  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_QUEUE);
+  compat_uv_set(L, uvs, TIMEOUT_UV_QUEUE);
   lua_pushvalue(L, 3);
-  compat_setuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
+  compat_uv_set(L, uvs, TIMEOUT_UV_TASK);
   for (int i = 0; i < nargs; i++) {
     lua_pushvalue(L, 4 + i);
-    compat_setuservalue(L, timeout_idx, TIMEOUT_UV_ARGS + i);
+    compat_uv_set(L, uvs, TIMEOUT_UV_ARGS + i);
   }
+  compat_uservalues_close(L, uvs);
   compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
   int anchors_idx = queue_idx + 1;
   lua_pushvalue(L, timeout_idx);
