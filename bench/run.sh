@@ -341,6 +341,8 @@ END {
     printf("  one dependent cache miss %s ns, independent misses %s ns each, clock_gettime %s ns, lock+unlock %s ns\n",
       cell("engine", "ref_cache_miss", "ns_per_op"), cell("engine", "ref_cache_miss_independent", "ns_per_op"),
       cell("engine", "ref_clock_gettime", "ns_per_op"), cell("engine", "ref_lock_unlock", "ns_per_op"))
+    printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns\n",
+      cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
   }
 }' "$RES"
 }
