@@ -14,6 +14,7 @@
 
 #define WORD_BITS 64
 #define PREFETCH_AHEAD 16          /* nodes prefetched ahead of a slot walk */
+#define CACHE_LINE 64
 #define HINTS_STALE_SLACK 64       /* stale hints a slot may keep beyond its live ones */
 #define HINTS_KEPT_MAX 4096        /* a larger record is freed once its slot is emptied */
 #define HINTED_SLOTS_MAX (UINT64_C(1) << 16)   /* a larger level keeps no hints:
@@ -112,7 +113,7 @@ static void note_removed(wheel_hints *h) {
 
 static void prefetch_node(const wheel_node *n) {
   __builtin_prefetch(n);
-  __builtin_prefetch((const char *)n + 64);  /* the owner's fields after the link */
+  __builtin_prefetch((const char *)n + CACHE_LINE);  /* the owner's fields after the link */
 }
 
 /* Forgets a slot's hints (it is being emptied); a large record is freed. */
