@@ -20,6 +20,7 @@ local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, inter
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
 local type_name, is_callable = checks.type_name, checks.is_callable
+local backoff_options, backoff_wait = checks.backoff_options, checks.backoff_wait
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
 -- Each task is called here, in Lua, under xpcall: so it may yield wherever
@@ -381,55 +382,27 @@ function Timer:sleep(seconds)
 end
 
 -- hwt.retry(timer, fn, opts): calls fn(attempt, handle) now; on failure (an
--- error, or a nil/false first result) calls it again after a growing delay.
-local retry_defaults = {
-  retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0,
-}
+-- error, or a nil/false first result) calls it again after a growing delay
+-- (the backoff rules are hwt.driver's, shared with hwt.jobs).
+local RETRY_CALLBACKS = { on_give_up = true, on_success = true, on_retry = true, random = true }
+
+local function bad_retry_option(key, message)
+  error(("bad option '%s' to 'retry' (%s)"):format(key, message), 5)
+end
 
 local function check_retry_options(opts)
-  local o = {}
+  local o = backoff_options(opts, bad_retry_option)
   for key, value in pairs(opts) do
-    if retry_defaults[key] ~= nil then
-      local number = tonumber(value)           -- numeric strings, as luaL_checknumber
-      if type(value) == "boolean" or number == nil or number ~= number then
-        error(("bad option '%s' to 'retry' (number expected, got %s)"):format(
-          key, number ~= number and "nan" or type(value)), 3)
-      end
-      o[key] = number
-    elseif key == "on_give_up" or key == "on_success" or key == "on_retry" or key == "random" then
+    if RETRY_CALLBACKS[key] then
       if type(value) ~= "function" then
         error(("bad option '%s' to 'retry' (function expected, got %s)"):format(key, type(value)), 3)
       end
       o[key] = value
-    else
+    elseif o[key] == nil then
       error(("bad argument #3 to 'retry' (unknown option '%s')"):format(tostring(key)), 3)
     end
   end
-  for key, value in pairs(retry_defaults) do
-    if o[key] == nil then o[key] = value end
-  end
-  local function check(ok, message)
-    if not ok then error("bad option to 'retry' (" .. message .. ")", 4) end
-  end
-  check(o.retries == huge or (o.retries >= 0 and o.retries % 1 == 0),
-        "retries must be an integer >= 0 or math.huge")
-  check(o.delay >= 0, "delay must be >= 0")
-  check(o.backoff >= 1, "backoff must be >= 1")
-  check(o.max_delay >= 0, "max_delay must be >= 0")
-  check(o.jitter >= 0 and o.jitter <= 1, "jitter must be between 0 and 1")
-  o.random = o.random or math.random
   return o
-end
-
--- Retry k waits min(b * (1 +- jitter), max_delay), b = min(delay *
--- backoff^(k-1), max_delay): max_delay caps the wait after jitter too.
-local function retry_wait(o, retry_number)
-  if o.delay == 0 then return 0 end             -- 0 * math.huge would be NaN
-  local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
-  if o.jitter > 0 then
-    wait = wait * (1 + o.jitter * (2 * o.random() - 1))
-  end
-  return math.min(wait, o.max_delay)
 end
 
 local RetryHandle = {}
@@ -496,7 +469,7 @@ function hwt.retry(timer, fn, opts)
     local err = results[1] and results[3] or results[2]
     if handle.attempts > o.retries then return give_up(err) end
     if is_stopped(timer) then return give_up("timer is stopped", true) end
-    local wait = retry_wait(o, handle.attempts)
+    local wait = backoff_wait(o, handle.attempts)
     if o.on_retry then
       o.on_retry(err, handle.attempts, wait)
       if handle.done then return end            -- on_retry cancelled it
