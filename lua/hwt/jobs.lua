@@ -1,0 +1,616 @@
+-- hwt.jobs: delayed jobs that outlive the process. Redis holds them; any
+-- number of worker processes, on any number of machines, share one queue.
+--
+--   local q = require("hwt.jobs").redis{ timer = timer, key = "app:jobs",
+--     connect = function() return redis.connect("127.0.0.1", 6379) end }
+--   q:handle("remind", function(payload, job) ... end)
+--   local id = q:schedule("remind", 3 * 86400, { user = 42 })
+--   q:cancel(id); q:start(); q:stop()
+--
+-- Each worker arms one hwt timeout, for the earliest due job it knows of, and
+-- otherwise asks Redis once per `poll_interval`: that bounds how late a job
+-- scheduled by another process starts. A claim is a lease: a worker that dies
+-- holding a job loses it after `lease` seconds and another runs it (at least
+-- once). Every Redis change is one Lua script, so it happens whole or not at
+-- all. Times in Redis are the Redis server's clock (TIME), in microseconds,
+-- so the workers' clocks never have to agree.
+--
+-- Keys (one hash slot, "{key}", so that Redis Cluster can run the scripts):
+--   {key}:due     sorted set, id -> due time; a claimed job's score is the
+--                 end of its lease, so an expired claim is due again
+--   {key}:jobs    hash, id -> JSON {"name":..., "payload":...}
+--   {key}:tries   hash, id -> how many times it was claimed
+--   {key}:claims  hash, id -> the token of the claim that holds it
+--   {key}:errors  hash, id -> its last error
+--   {key}:dead    sorted set, id -> when it was dead-lettered
+--   {key}:seq     counter for ids and claim tokens
+local checks = require("hwt.driver")
+
+local M = {}
+
+local huge = math.huge
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end
+local unpack = table.unpack or unpack
+local tointeger = math.tointeger or function() return nil end
+
+local MICRO = 1e6
+
+-- Seconds as a whole number of microseconds, written out in full (tostring
+-- would give "1e+14" on Lua 5.1).
+local function micro(seconds) return ("%.0f"):format(math.ceil(seconds * MICRO)) end
+local DEFAULTS = { lease = 30, poll_interval = 1, concurrency = 32 }
+-- While Redis is unreachable the worker tries again after this, doubling up
+-- to poll_interval.
+local FIRST_RECONNECT_WAIT = 0.1
+local OUTCOME_FIELDS = 5        -- id, token, kind, wait, error
+
+-- The scripts run in Redis (Lua 5.1 there). string.format("%.0f") keeps all
+-- the digits of a microsecond time, which tostring() would round.
+local NOW = [[
+local clock = redis.call('TIME')
+local now = clock[1] * 1000000 + clock[2]
+local function score(us) return string.format('%.0f', us) end
+]]
+
+local SCHEDULE = NOW .. [[
+local id = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], id, ARGV[1])
+redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), id)
+return id
+]]
+
+-- A claimed job is running somewhere: cancel cannot promise it never runs.
+local CANCEL = [[
+local id = ARGV[1]
+if redis.call('HEXISTS', KEYS[3], id) == 1 then return 0 end
+if redis.call('ZREM', KEYS[1], id) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[4], id)
+redis.call('HDEL', KEYS[5], id)
+return 1
+]]
+
+-- Settles the outcomes the worker sends (1: settled; 0: already settled, a
+-- resent outcome; -1: the lease was lost, another claim holds the job), then
+-- claims up to ARGV[1] due jobs for ARGV[2] µs, and tells how long until the
+-- next job is due (-1: none).
+local PUMP = NOW .. [[
+local due, jobs, tries, claims, errors, dead, seq = unpack(KEYS)
+local settled = {}
+for i = 0, tonumber(ARGV[3]) - 1 do
+  local base = 4 + i * 5
+  local id, token, kind, wait, err = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  local holder = redis.call('HGET', claims, id)
+  if holder ~= token then
+    settled[#settled + 1] = holder and -1 or 0
+  else
+    redis.call('HDEL', claims, id)
+    if kind == 'done' then
+      redis.call('ZREM', due, id)
+      redis.call('HDEL', jobs, id)
+      redis.call('HDEL', tries, id)
+      redis.call('HDEL', errors, id)
+    elseif kind == 'retry' then
+      redis.call('ZADD', due, score(now + tonumber(wait)), id)
+      redis.call('HSET', errors, id, err)
+    else
+      redis.call('ZREM', due, id)
+      redis.call('ZADD', dead, score(now), id)
+      redis.call('HSET', errors, id, err)
+    end
+    settled[#settled + 1] = 1
+  end
+end
+local claimed = {}
+local limit = tonumber(ARGV[1])
+if limit > 0 then
+  local found = redis.call('ZRANGEBYSCORE', due, '-inf', score(now), 'WITHSCORES', 'LIMIT', 0, limit)
+  local lease_end = score(now + tonumber(ARGV[2]))
+  for i = 1, #found, 2 do
+    local id = found[i]
+    local token = tostring(redis.call('INCR', seq))
+    redis.call('HSET', claims, id, token)
+    redis.call('ZADD', due, lease_end, id)
+    claimed[#claimed + 1] = { id, redis.call('HGET', jobs, id) or '', token,
+                              redis.call('HINCRBY', tries, id, 1), tonumber(found[i + 1]) }
+  end
+end
+local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+local next_in = -1
+if first[2] then next_in = math.max(0, tonumber(first[2]) - now) end
+return { settled, claimed, next_in }
+]]
+
+local DEAD_LIST = [[
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
+local out = {}
+for i = 1, #ids, 2 do
+  local id = ids[i]
+  out[#out + 1] = { id, redis.call('HGET', KEYS[2], id) or '', redis.call('HGET', KEYS[4], id) or '',
+                    redis.call('HGET', KEYS[3], id) or 0 }
+end
+return out
+]]
+
+local REQUEUE = NOW .. [[
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
+return 1
+]]
+
+-- ---- the adapter: the only code that knows a Redis client --------------
+-- A client is whatever `connect()` returns: redis-lua (raises on errors) or
+-- lua-resty-redis (returns nil, err). A client whose call failed is closed,
+-- never reused. Without `release` the queue keeps one idle client for the
+-- next call; with it, each call's client is handed back (in OpenResty:
+-- `release = function(red) red:set_keepalive(10000, 32) end`, because a
+-- cosocket cannot outlive the light thread that made it).
+
+local function close_quietly(client)
+  local close = client.close or client.quit
+  if close then pcall(close, client) end
+end
+
+local function acquire(q)
+  local client = q.idle_client
+  if client then
+    q.idle_client = nil
+    return client
+  end
+  local ok, made, err = pcall(q.connect)
+  if not ok then return nil, made end
+  if not made then return nil, err or "connect() returned nothing" end
+  return made
+end
+
+local function hand_back(q, client)
+  if q.release then
+    q.release(client)
+  elseif q.idle_client == nil then
+    q.idle_client = client
+  else
+    close_quietly(client)
+  end
+end
+
+-- Runs one script; returns its reply, or nil and a message.
+local function eval(q, script, keys, ...)
+  local client, err = acquire(q)
+  if not client then return nil, "redis: cannot connect: " .. tostring(err) end
+  local args = { script, #keys, unpack(keys) }
+  for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
+  local ok, reply, reply_err = pcall(client.eval, client, unpack(args))
+  if ok and reply ~= nil then
+    hand_back(q, client)
+    return reply
+  end
+  close_quietly(client)
+  return nil, "redis: " .. tostring(ok and reply_err or reply)
+end
+
+-- ---- payloads ----------------------------------------------------------
+-- lua-cjson keeps 14 significant digits and turns sparse arrays into nulls:
+-- a payload is accepted only if it comes back from JSON unchanged, so that a
+-- handler never gets anything but what was scheduled. Integral numbers come
+-- back as integers on Lua 5.3 and later.
+
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for key, value in pairs(a) do
+    if not same(value, b[key]) then return false end
+  end
+  for key in pairs(b) do
+    if a[key] == nil then return false end
+  end
+  return true
+end
+
+local function integers(value)
+  if type(value) == "table" then
+    for key, field in pairs(value) do value[key] = integers(field) end
+    return value
+  end
+  return type(value) == "number" and tointeger(value) or value
+end
+
+local function encode(codec, name, payload)
+  local ok, json = pcall(codec.encode, { name = name, payload = payload })
+  if not ok then return nil, tostring(json) end
+  local back_ok, back = pcall(codec.decode, json)
+  if not back_ok or not same(payload, back.payload) then
+    return nil, "it does not survive a JSON round trip (numbers of more than 14 digits, "
+      .. "sparse arrays, non-string keys?)"
+  end
+  return json
+end
+
+local function decode(codec, json)
+  local ok, job = pcall(codec.decode, json)
+  if not ok or type(job) ~= "table" or type(job.name) ~= "string" then
+    return nil, "malformed job: " .. (ok and "no name" or tostring(job))
+  end
+  return job.name, integers(job.payload)
+end
+
+-- ---- options ------------------------------------------------------------
+
+local function bad_option(key, message)
+  error(("bad option '%s' to 'redis' (%s)"):format(key, message), 4)
+end
+
+local function positive_number(opts, key)
+  local value = opts[key]
+  if value == nil then return DEFAULTS[key] end
+  local number = tonumber(value)
+  if type(value) == "boolean" or not number or number ~= number or number <= 0 or number == huge then
+    bad_option(key, "positive number expected, got " .. tostring(value))
+  end
+  return number
+end
+
+local KNOWN_OPTIONS = {
+  timer = true, connect = true, release = true, key = true, lease = true,
+  poll_interval = true, concurrency = true, retry = true, on_error = true,
+}
+
+local function check_options(opts)
+  if type(opts) ~= "table" then
+    checks.arg_error("redis", 1, "table expected, got " .. type(opts))
+  end
+  for key in pairs(opts) do
+    if not KNOWN_OPTIONS[key] then bad_option(tostring(key), "unknown option") end
+  end
+  if checks.type_name(opts.timer) ~= "hwt.Timer" then
+    bad_option("timer", "hwt.Timer expected, got " .. checks.type_name(opts.timer))
+  end
+  if type(opts.connect) ~= "function" then
+    bad_option("connect", "function expected, got " .. type(opts.connect))
+  end
+  if opts.release == nil and type(ngx) == "table" and ngx.get_phase then
+    bad_option("release", "function expected in OpenResty, where a cosocket cannot be shared "
+      .. "between requests: e.g. function(red) red:set_keepalive(10000, 32) end")
+  end
+  for _, key in ipairs({ "release", "on_error" }) do
+    if opts[key] ~= nil and type(opts[key]) ~= "function" then
+      bad_option(key, "function expected, got " .. type(opts[key]))
+    end
+  end
+  if type(opts.key) ~= "string" or opts.key == "" then
+    bad_option("key", "non-empty string expected, got " .. type(opts.key))
+  end
+  local concurrency = positive_number(opts, "concurrency")
+  if concurrency % 1 ~= 0 then bad_option("concurrency", "integer expected") end
+  if opts.retry ~= nil and type(opts.retry) ~= "table" then
+    bad_option("retry", "table expected, got " .. type(opts.retry))
+  end
+  local retry = checks.backoff_options(opts.retry or {}, function(field, message)
+    bad_option("retry." .. field, message)
+  end)
+  return {
+    lease = positive_number(opts, "lease"),
+    poll_interval = positive_number(opts, "poll_interval"),
+    concurrency = concurrency,
+    retry = retry,
+  }
+end
+
+-- ---- the queue ----------------------------------------------------------
+
+local Queue = {}
+Queue.__index = Queue
+
+local function keys_of(key)
+  local slot = "{" .. key .. "}:"
+  local k = {}
+  for _, name in ipairs({ "due", "jobs", "tries", "claims", "errors", "dead", "seq" }) do
+    k[name] = slot .. name
+  end
+  return k
+end
+
+function M.redis(opts)
+  local o = check_options(opts)
+  local cjson = require("cjson")
+  local k = keys_of(opts.key)
+  return setmetatable({
+    timer = opts.timer, connect = opts.connect, release = opts.release,
+    on_error = opts.on_error, codec = cjson.new and cjson.new() or cjson,
+    lease = o.lease, poll_interval = o.poll_interval, concurrency = o.concurrency,
+    retry = o.retry,
+    handlers = {},
+    running = 0,            -- jobs claimed by this worker and not yet settled
+    outcomes = {},          -- settled here, not yet in Redis
+    failures = 0,           -- Redis failures in a row
+    wake_at = huge,         -- when the wake is armed for (timer:now() scale)
+    counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, redis_errors = 0 },
+    keys = {
+      schedule = { k.due, k.jobs, k.seq },
+      cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
+      pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq },
+      dead = { k.dead, k.jobs, k.tries, k.errors },
+      requeue = { k.due, k.dead, k.tries, k.errors },
+    },
+  }, Queue)
+end
+
+local function check_queue(q, fname)
+  if getmetatable(q) ~= Queue then
+    error(("calling '%s' on bad self (hwt.jobs queue expected, got %s)"):format(fname, type(q)), 3)
+  end
+end
+
+local function report(q, err, job)
+  if q.on_error then
+    q.on_error(err, job)
+  else
+    error(err, 0)               -- the task's error: it goes to the timer's on_error
+  end
+end
+
+function Queue:handle(name, handler)
+  check_queue(self, "handle")
+  if type(name) ~= "string" or name == "" then
+    checks.arg_error("handle", 1, "non-empty string expected, got " .. type(name))
+  end
+  if handler ~= nil and not checks.is_callable(handler) then
+    checks.arg_error("handle", 2, "function expected, got " .. checks.type_name(handler))
+  end
+  self.handlers[name] = handler
+  return self
+end
+
+local arm
+
+-- Returns the job's id (a string), or nil and a message when Redis could not
+-- be reached or refused: then nothing was written.
+function Queue:schedule(name, delay, payload)
+  check_queue(self, "schedule")
+  if type(name) ~= "string" or name == "" then
+    checks.arg_error("schedule", 1, "non-empty string expected, got " .. type(name))
+  end
+  local seconds = tonumber(delay)
+  if type(delay) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
+    checks.arg_error("schedule", 2, "finite number of seconds >= 0 expected, got " .. tostring(delay))
+  end
+  local json, why = encode(self.codec, name, payload)
+  if not json then
+    checks.arg_error("schedule", 3, "JSON-encodable payload expected: " .. why)
+  end
+  local id, err = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
+  if not id then return nil, err end
+  self.counts.scheduled = self.counts.scheduled + 1
+  if self.wake and not self.stopped then arm(self, seconds) end
+  return tostring(id)
+end
+
+local function check_id(id, fname)
+  if type(id) ~= "string" and type(id) ~= "number" then
+    checks.arg_error(fname, 1, "job id expected, got " .. type(id))
+  end
+  return tostring(id)
+end
+
+-- true if the job will never run, on any worker; false if it is running,
+-- already ran, was cancelled or dead-lettered; nil and a message when Redis
+-- could not be reached.
+function Queue:cancel(id)
+  check_queue(self, "cancel")
+  local removed, err = eval(self, CANCEL, self.keys.cancel, check_id(id, "cancel"))
+  if removed == nil then return nil, err end
+  return removed == 1
+end
+
+-- The dead-lettered jobs, oldest first (at most `limit`, default 100): each
+-- { id, name, payload, error, attempts }.
+function Queue:dead(limit)
+  check_queue(self, "dead")
+  limit = limit == nil and 100 or tonumber(limit)
+  if not limit or limit < 1 or limit % 1 ~= 0 then
+    checks.arg_error("dead", 1, "positive integer expected")
+  end
+  local rows, err = eval(self, DEAD_LIST, self.keys.dead, limit)
+  if not rows then return nil, err end
+  local list = {}
+  for i, row in ipairs(rows) do
+    local name, payload = decode(self.codec, row[2])
+    if not name then payload = nil end
+    list[i] = { id = row[1], name = name, payload = payload, error = row[3], attempts = tonumber(row[4]) }
+  end
+  return list
+end
+
+-- Puts a dead-lettered job back, due in `delay` seconds (default 0), its
+-- attempts counted from zero again. true if it was dead.
+function Queue:requeue(id, delay)
+  check_queue(self, "requeue")
+  id = check_id(id, "requeue")
+  local seconds = delay == nil and 0 or tonumber(delay)
+  if not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
+    checks.arg_error("requeue", 2, "finite number of seconds >= 0 expected")
+  end
+  local moved, err = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
+  if moved == nil then return nil, err end
+  return moved == 1
+end
+
+-- Arms the wake `delay` seconds from now, unless it is armed earlier already.
+function arm(q, delay)
+  local at = q.timer:now() + delay
+  if at >= q.wake_at then return end
+  q.wake_at = at
+  local ok, armed, refusal = pcall(q.wake.reset, q.wake, delay)
+  if not ok then
+    q.wake, q.stopped = nil, true         -- the timer stopped: so does the queue
+  elseif not armed then
+    q.wake_at = huge
+    report(q, "hwt.jobs: cannot arm the wake-up: " .. tostring(refusal))
+  end
+end
+
+-- A handler fails when it raises or returns nil/false and an error.
+local function call_handler(handler, payload, job)
+  local results = pack(pcall(handler, payload, job))
+  if not results[1] then return false, results[2] end
+  if not results[2] and results[3] ~= nil then return false, results[3] end
+  return true
+end
+
+local function outcome(q, job, kind, wait, err)
+  local list = q.outcomes
+  list[#list + 1] = { job.id, job.token, kind, micro(wait), err and tostring(err) or "" }
+end
+
+local function settle_soon(q) arm(q, 0) end
+
+local function run_job(_, q, job)
+  local handler = q.handlers[job.name]
+  local ok, err
+  if job.malformed then
+    err = job.malformed
+  elseif not handler then
+    err = ("no handler for job '%s' on this worker"):format(job.name)
+  else
+    q.counts.ran = q.counts.ran + 1
+    ok, err = call_handler(handler, job.payload, job)
+  end
+  if ok then
+    outcome(q, job, "done", 0)
+  elseif job.malformed or job.attempt > q.retry.retries then
+    q.counts.dead = q.counts.dead + 1
+    outcome(q, job, "dead", 0, err)
+  else
+    q.counts.retried = q.counts.retried + 1
+    outcome(q, job, "retry", checks.backoff_wait(q.retry, job.attempt), err)
+  end
+  q.running = q.running - 1
+  if q.wake then settle_soon(q) end
+  if not ok then
+    q.counts.failed = q.counts.failed + 1
+    report(q, err, job)
+  end
+end
+
+local function job_from(q, row)
+  local name, payload = decode(q.codec, row[2])
+  local job = { id = row[1], token = row[3], attempt = tonumber(row[4]), due = tonumber(row[5]) / MICRO, queue = q }
+  if name then
+    job.name, job.payload = name, payload
+  else
+    job.name, job.malformed = "?", payload
+  end
+  return job
+end
+
+-- Starts each claimed job as an hwt task of its own (so a host driver runs
+-- it as it runs any task); at max_pending it runs here instead.
+local function start_jobs(q, rows)
+  for _, row in ipairs(rows) do
+    local job = job_from(q, row)
+    q.running = q.running + 1
+    if not q.timer:timeout(0, run_job, q, job) then run_job(nil, q, job) end
+  end
+end
+
+local function count_lost(q, settled)
+  for _, code in ipairs(settled) do
+    if code == -1 then q.counts.lost = q.counts.lost + 1 end
+  end
+end
+
+-- One round trip: settle what finished, claim what is due and there is room
+-- for, learn when to ask next.
+local function pump_once(q)
+  local sending = q.outcomes
+  q.outcomes = {}
+  local room = q.stopped and 0 or q.concurrency - q.running
+  local args = { room, micro(q.lease), #sending }
+  for _, fields in ipairs(sending) do
+    for i = 1, OUTCOME_FIELDS do args[#args + 1] = fields[i] end
+  end
+  local reply, err = eval(q, PUMP, q.keys.pump, unpack(args))
+  if not reply then
+    for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
+    q.failures = q.failures + 1
+    q.counts.redis_errors = q.counts.redis_errors + 1
+    arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+    if q.failures == 1 then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    return
+  end
+  q.failures = 0
+  count_lost(q, reply[1])
+  start_jobs(q, reply[2])
+  if q.stopped then
+    if #q.outcomes > 0 then arm(q, 0) end
+    return
+  end
+  local next_in = tonumber(reply[3])
+  local wait = next_in < 0 and q.poll_interval or math.min(next_in / MICRO, q.poll_interval)
+  if q.running >= q.concurrency then
+    wait = q.poll_interval      -- a job that finishes arms an earlier wake
+  end
+  arm(q, wait)
+end
+
+-- The wake's task. A pump that yields (lua-resty-redis) may be overtaken by
+-- the next wake: that one only asks the running pump to go round again.
+local function pump(_, q)
+  q.wake_at = huge
+  if q.pumping then
+    q.pump_again = true
+    return
+  end
+  q.pumping = true
+  repeat
+    q.pump_again = false
+    local ok, err = pcall(pump_once, q)
+    if not ok then
+      q.pumping = false
+      error(err, 0)
+    end
+  until not q.pump_again
+  q.pumping = false
+end
+
+-- Starts working: claims due jobs and runs their handlers through the timer.
+-- Returns true, or nil and a message when the timer refuses the wake-up.
+function Queue:start()
+  check_queue(self, "start")
+  if next(self.handlers) == nil then
+    error("hwt.jobs: no handlers: call q:handle(name, fn) before q:start()", 2)
+  end
+  if not self.wake then
+    local wake, err = self.timer:timeout(0, pump, self)
+    if not wake then return nil, err end
+    self.wake, self.wake_at = wake, 0
+  end
+  self.stopped = false
+  arm(self, 0)
+  return true
+end
+
+-- Stops claiming. Running handlers finish and their outcomes reach Redis;
+-- jobs not yet claimed stay in Redis for other workers.
+function Queue:stop()
+  check_queue(self, "stop")
+  self.stopped = true
+  if self.wake and #self.outcomes == 0 and self.running == 0 then
+    self.wake:cancel()
+    self.wake_at = huge
+  end
+end
+
+-- What this worker did: scheduled, ran, failed, retried, dead, lost (claims
+-- that expired before their outcome reached Redis), redis_errors; running
+-- (claimed, not settled) and unsettled (outcomes waiting for Redis).
+function Queue:stats()
+  check_queue(self, "stats")
+  local s = {}
+  for key, value in pairs(self.counts) do s[key] = value end
+  s.running, s.unsettled = self.running, #self.outcomes
+  s.started = self.wake ~= nil and not self.stopped
+  return s
+end
+
+return M
