@@ -16,6 +16,12 @@ command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing="$mi
 # The event-loop examples that the tests run.
 "$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"
 "$LUA" -e 'require "cqueues"' 2>/dev/null || missing="$missing lua-cqueues"
+# hwt.jobs' tests: a real redis-server, redis-lua (Debian ships it for Lua
+# 5.1-5.3; the tests use the 5.3 copy on 5.4), lua-cjson and LuaSocket.
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+[ -f /usr/share/lua/5.3/redis.lua ] || missing="$missing lua-redis"
+"$LUA" -e 'require "cjson"' 2>/dev/null || missing="$missing lua-cjson"
+"$LUA" -e 'require "socket"' 2>/dev/null || missing="$missing lua-socket"
 if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer, nginx, luarocks
   command -v clang >/dev/null 2>&1 || missing="$missing clang"
   clang_runtime=$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)
@@ -25,6 +31,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then          # make check: libFuzzer, nginx, luaro
   pkg-config --exists luajit 2>/dev/null || missing="$missing libluajit2-5.1-dev"
   command -v curl >/dev/null 2>&1 || missing="$missing curl"
   command -v luarocks >/dev/null 2>&1 || missing="$missing luarocks"
+  [ -f /usr/share/lua/5.1/nginx/redis.lua ] || missing="$missing lua-nginx-redis"   # lua-resty-redis
 fi
 if [ "${HWT_BENCH:-}" = 1 ]; then          # make bench: the peers
   "$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"

@@ -1,14 +1,15 @@
 #!/bin/sh
 # Runs the hwt test suites and prints their total as "N passed, N failed".
-#   make test:  C tests, busted specs, examples and the README's example
-#               against the plain build; specs and examples plus memory
+#   make test:  C tests, busted specs, examples, the README's example and
+#               hwt.jobs across worker processes (test/jobs_test.lua: a real
+#               redis-server) against the plain build; specs and examples plus memory
 #               scenarios under ASan+UBSan (leak detection on); the
 #               engine's C test under TSan.
 #   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
 #               allocation failures, the soak, the chaos run (ASan, TSan), a real nginx with
-#               lua-nginx-module, a LuaRocks install, and a smoke run of
+#               lua-nginx-module, hwt.jobs in nginx, a LuaRocks install, and a smoke run of
 #               the benchmark harness (bench/run.sh quick).
 # HWT_ONLY=plain|asan runs one half of `make test`.
 # LUA (default lua5.4) is the interpreter; HWT_OUT (default build/$LUA) holds
@@ -101,6 +102,8 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_examples "$OUT/?.so" "examples ($LUA)"
   run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
   run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
+  run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
+    timeout "$SCRIPT_TIMEOUT" "$LUA" test/jobs_test.lua
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then
@@ -135,6 +138,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
+  run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/jobs_nginx_test.sh
   run_counted "luarocks install (5.4, 5.1)" sh test/luarocks_test.sh
   run_counted "bench-quick smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi

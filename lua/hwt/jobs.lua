@@ -182,7 +182,7 @@ local function eval(q, script, keys, ...)
   local args = { script, #keys, unpack(keys) }
   for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
   local ok, reply, reply_err = pcall(client.eval, client, unpack(args))
-  if ok and reply ~= nil then
+  if ok and reply then          -- lua-resty-redis answers an error reply with false, err
     hand_back(q, client)
     return reply
   end

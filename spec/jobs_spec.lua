@@ -1,0 +1,362 @@
+-- hwt.jobs against a real redis-server started on 127.0.0.1 for this file
+-- (test/redis_server.lua): arguments, payloads, handlers, retries and the
+-- dead-letter set, cancel, stop/start, a Redis outage, and the one wake and
+-- one request per poll_interval of an idle worker. The processes, kills and
+-- restarts are test/jobs_test.lua's.
+package.path = "test/?.lua;" .. package.path
+local hwt = require("hwt")
+local jobs = require("hwt.jobs")
+local redis_server = require("redis_server")
+local socket = require("socket")
+
+local TICK = 0.005
+local WITHIN = 5                -- seconds: a bound for "soon"; a run longer has failed
+
+local server
+local key_number = 0
+
+local function fresh_key()
+  key_number = key_number + 1
+  return "spec:jobs:" .. key_number
+end
+
+-- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
+-- real-clock timer: q, timer, the errors it reported, its key.
+local function new_queue(opts)
+  opts = opts or {}
+  local on = opts.server or server
+  local timer = opts.timer or hwt.new({ tick = TICK })
+  local errors = {}
+  local key = opts.key or fresh_key()
+  local q = jobs.redis({
+    timer = timer, key = key,
+    connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = on.port, timeout = 1 }) end,
+    poll_interval = opts.poll_interval or 0.2, lease = opts.lease or 5,
+    retry = opts.retry or { retries = 2, delay = 0.05 },
+    on_error = function(err, job) errors[#errors + 1] = { err = err, job = job } end,
+  })
+  return q, timer, errors, key
+end
+
+-- Runs `timer` until `condition()` holds; fails the test after WITHIN seconds.
+local function run_until(timer, condition)
+  local deadline = hwt.now() + WITHIN
+  while not condition() do
+    assert(hwt.now() < deadline, "not within " .. WITHIN .. " s")
+    timer:run_for(TICK)
+  end
+end
+
+-- The worker has nothing claimed and nothing waiting to reach Redis.
+local function settled(q)
+  local stats = q:stats()
+  return stats.running == 0 and stats.unsettled == 0
+end
+
+local function redis_count(command, key)
+  local client = assert(server:connect())
+  local n = tonumber(client[command](client, key))
+  client:quit()
+  return n
+end
+
+local function expect_error(pattern, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected an error matching " .. pattern)
+  assert.is_truthy(tostring(err):find(pattern, 1, true), tostring(err))
+end
+
+describe("hwt.jobs", function()
+  lazy_setup(function() server = redis_server.start() end)
+  lazy_teardown(function() server:destroy() end)
+
+  describe("arguments", function()
+    it("names the option that is wrong", function()
+      local timer = hwt.new({ clock = "manual" })
+      local good = { timer = timer, key = "k", connect = function() end }
+      local function with(key, value)
+        local o = {}
+        for k, v in pairs(good) do o[k] = v end
+        o[key] = value
+        return o
+      end
+      expect_error("bad argument #1 to 'redis' (table expected", jobs.redis, nil)
+      expect_error("bad option 'timer' to 'redis' (hwt.Timer expected, got table)", jobs.redis, with("timer", {}))
+      expect_error("bad option 'connect' to 'redis' (function expected", jobs.redis, with("connect", "localhost"))
+      expect_error("bad option 'key' to 'redis'", jobs.redis, with("key", ""))
+      expect_error("bad option 'lease' to 'redis' (positive number", jobs.redis, with("lease", 0))
+      expect_error("bad option 'poll_interval' to 'redis'", jobs.redis, with("poll_interval", 0 / 0))
+      expect_error("bad option 'concurrency' to 'redis' (integer", jobs.redis, with("concurrency", 2.5))
+      expect_error("bad option 'retry.delay' to 'redis' (number expected", jobs.redis, with("retry", { delay = "soon" }))
+      expect_error("bad option 'retry.retries' to 'redis'", jobs.redis, with("retry", { retries = -1 }))
+      expect_error("bad option 'on_error' to 'redis' (function expected", jobs.redis, with("on_error", true))
+      expect_error("bad option 'lesae' to 'redis' (unknown option)", jobs.redis, with("lesae", 30))
+      timer:stop()
+    end)
+
+    it("refuses a bad name, delay or payload, and writes nothing", function()
+      local q, timer, _, key = new_queue()
+      expect_error("bad argument #1 to 'schedule' (non-empty string expected, got nil)", q.schedule, q, nil, 1)
+      expect_error("bad argument #2 to 'schedule' (finite number of seconds >= 0", q.schedule, q, "a", -1)
+      expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", 0 / 0)
+      expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", math.huge)
+      expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected", q.schedule, q, "a", 1, { f = print })
+      -- lua-cjson keeps 14 digits: a payload that would come back changed is refused
+      expect_error("JSON round trip", q.schedule, q, "a", 1, { 2 ^ 53 + 1 })
+      expect_error("JSON round trip", q.schedule, q, "a", 1, { 1, nil, 3 })
+      expect_error("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
+      expect_error("bad argument #1 to 'cancel' (job id expected, got table)", q.cancel, q, {})
+      expect_error("bad argument #2 to 'handle' (function expected, got string)", q.handle, q, "a", "f")
+      expect_error("no handlers", q.start, q)
+      assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
+      timer:stop()
+    end)
+  end)
+
+  describe("running", function()
+    it("runs a job once, not before it is due, with its payload and job record", function()
+      local q, timer = new_queue()
+      local runs = {}
+      q:handle("greet", function(payload, job)
+        runs[#runs + 1] = { payload = payload, job = job, at = socket.gettime() }
+      end)
+      assert(q:start())
+      local before = socket.gettime()
+      local id = assert(q:schedule("greet", 0.1, { user = 42, tags = { "a", "b" }, ratio = 0.5 }))
+      assert.equals("string", type(id))
+      run_until(timer, function() return #runs == 1 end)
+      timer:run_for(0.2)
+      assert.equals(1, #runs)
+      local run = runs[1]
+      assert.same({ user = 42, tags = { "a", "b" }, ratio = 0.5 }, run.payload)
+      if math.type then assert.equals("integer", math.type(run.payload.user)) end
+      assert.equals(id, run.job.id)
+      assert.equals("greet", run.job.name)
+      assert.equals(1, run.job.attempt)
+      assert.is_true(run.at >= before + 0.1, "started early")
+      assert.is_true(run.at >= run.job.due)
+      assert.equals(1, q:stats().ran)
+      timer:stop()
+    end)
+
+    it("runs jobs in due order, and a job scheduled by another queue object", function()
+      local q, timer, _, key = new_queue()
+      local other, other_timer = new_queue({ key = key })
+      local order = {}
+      q:handle("n", function(payload) order[#order + 1] = payload end)
+      assert(q:start())
+      for _, n in ipairs({ 3, 1, 2 }) do assert(q:schedule("n", n * 0.05, n)) end
+      assert(other:schedule("n", 0.2, 4))
+      run_until(timer, function() return #order == 4 end)
+      assert.same({ 1, 2, 3, 4 }, order)
+      timer:stop()
+      other_timer:stop()
+    end)
+
+    it("retries a failing handler with backoff, then dead-letters it; requeue brings it back", function()
+      local q, timer, errors = new_queue({ retry = { retries = 2, delay = 0.05, backoff = 2 } })
+      local attempts, fail = {}, true
+      q:handle("flaky", function(_, job)
+        attempts[#attempts + 1] = { n = job.attempt, at = hwt.now() }
+        if fail then error("down for now", 0) end
+      end)
+      assert(q:start())
+      local id = assert(q:schedule("flaky", 0, { x = 1 }))
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals(3, #attempts)                        -- retries + 1 calls
+      assert.same({ 1, 2, 3 }, { attempts[1].n, attempts[2].n, attempts[3].n })
+      assert.is_true(attempts[2].at - attempts[1].at >= 0.05)
+      assert.is_true(attempts[3].at - attempts[2].at >= 0.1)    -- backoff 2
+      assert.equals(3, #errors)
+      assert.equals("down for now", errors[3].err)
+      local dead = assert(q:dead())
+      assert.equals(1, #dead)
+      assert.same({ id = id, name = "flaky", payload = { x = 1 }, error = "down for now", attempts = 3 }, dead[1])
+      assert.is_false(q:cancel(id))                      -- dead: nothing to cancel
+      fail = false
+      assert.is_true(q:requeue(id))
+      assert.is_false(q:requeue(id))
+      run_until(timer, function() return #attempts == 4 end)
+      assert.equals(1, attempts[4].n)
+      run_until(timer, function() return settled(q) end)
+      assert.same({}, q:dead())
+      timer:stop()
+    end)
+
+    it("counts nil, err from a handler as a failure, and no return value as success", function()
+      local q, timer, errors = new_queue({ retry = { retries = 0 } })
+      q:handle("soft", function() return nil, "refused" end)
+      q:handle("quiet", function() end)
+      assert(q:start())
+      assert(q:schedule("soft", 0))
+      assert(q:schedule("quiet", 0))
+      run_until(timer, function() return q:stats().ran == 2 and settled(q) end)
+      assert.equals(1, #errors)
+      assert.equals("refused", errors[1].err)
+      assert.equals(1, q:stats().dead)
+      timer:stop()
+    end)
+
+    it("reports a job that no handler here knows, retries it, then dead-letters it", function()
+      local q, timer, errors = new_queue({ retry = { retries = 1, delay = 0.01 } })
+      q:handle("known", function() end)
+      assert(q:start())
+      local id = assert(q:schedule("unknown", 0, 7))
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals(2, #errors)
+      assert.matches("no handler for job 'unknown'", errors[1].err)
+      assert.equals(id, errors[1].job.id)
+      assert.equals("unknown", q:dead()[1].name)
+      timer:stop()
+    end)
+
+    it("reports a malformed job and dead-letters it at once", function()
+      local q, timer, errors, key = new_queue()
+      q:handle("any", function() end)
+      local client = assert(server:connect())
+      local slot = "{" .. key .. "}:"
+      client:hset(slot .. "jobs", "bad1", "{not json")
+      client:zadd(slot .. "due", 0, "bad1")
+      client:quit()
+      assert(q:start())
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals(1, #errors)
+      assert.matches("malformed job", errors[1].err)
+      local dead = q:dead()
+      assert.equals("bad1", dead[1].id)
+      assert.equals(1, dead[1].attempts)
+      timer:stop()
+    end)
+
+    it("gives task errors to the timer's on_error when the queue has none", function()
+      local seen = {}
+      local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = err end })
+      local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 0 },
+        connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = server.port }) end })
+      q:handle("boom", function() error("boom", 0) end)
+      assert(q:start())
+      assert(q:schedule("boom", 0))
+      run_until(timer, function() return #seen == 1 end)
+      assert.equals("boom", seen[1])
+      timer:stop()
+    end)
+  end)
+
+  describe("cancel", function()
+    it("is true once for a waiting job, which then never runs; false for unknown ids", function()
+      local q, timer = new_queue()
+      local ran = 0
+      q:handle("c", function() ran = ran + 1 end)
+      assert(q:start())
+      local id = assert(q:schedule("c", 0.1))
+      assert.is_true(q:cancel(id))
+      assert.is_false(q:cancel(id))
+      assert.is_false(q:cancel("no-such-job"))
+      timer:run_for(0.3)
+      assert.equals(0, ran)
+      timer:stop()
+    end)
+
+    it("works from another queue object on the same key (another process)", function()
+      local q, timer, _, key = new_queue()
+      local canceller, canceller_timer = new_queue({ key = key })
+      local ran = 0
+      q:handle("c", function() ran = ran + 1 end)
+      assert(q:start())
+      local id = assert(q:schedule("c", 0.1))
+      assert.is_true(canceller:cancel(id))
+      timer:run_for(0.3)
+      assert.equals(0, ran)
+      timer:stop()
+      canceller_timer:stop()
+    end)
+
+    it("is false for a job whose handler is running", function()
+      local q, timer = new_queue()
+      local result
+      q:handle("c", function(_, job) result = q:cancel(job.id) end)
+      assert(q:start())
+      assert(q:schedule("c", 0))
+      run_until(timer, function() return result ~= nil end)
+      assert.is_false(result)
+      timer:stop()
+    end)
+  end)
+
+  describe("a worker", function()
+    it("keeps one hwt timeout and makes one Redis request per poll_interval while idle", function()
+      local q, timer = new_queue({ poll_interval = 0.2 })
+      q:handle("x", function() end)
+      assert(q:start())
+      timer:run_for(0.1)
+      assert.equals(1, timer:pending())
+      local function evals()
+        local client = assert(server:connect())
+        local line = client:info("commandstats").commandstats.cmdstat_eval
+        client:quit()
+        return tonumber(line:match("calls=(%d+)"))
+      end
+      local before = evals()
+      timer:run_for(1)
+      local requests = evals() - before
+      assert.is_true(requests >= 3 and requests <= 6, requests .. " EVALs in 1 s")
+      assert.equals(1, timer:pending())
+      timer:stop()
+    end)
+
+    it("stops claiming after stop() and resumes after start()", function()
+      local q, timer = new_queue()
+      local ran = 0
+      q:handle("s", function() ran = ran + 1 end)
+      assert(q:start())
+      q:stop()
+      assert(q:schedule("s", 0))
+      timer:run_for(0.4)
+      assert.equals(0, ran)
+      assert.is_false(q:stats().started)
+      assert(q:start())
+      run_until(timer, function() return ran == 1 end)
+      timer:stop()
+    end)
+
+    it("returns Redis' error replies as nil, err", function()
+      local q, timer, _, key = new_queue()
+      local client = assert(server:connect())
+      client:set("{" .. key .. "}:due", "not a sorted set")
+      client:quit()
+      local id, err = q:schedule("x", 1)
+      assert.is_nil(id)
+      assert.matches("WRONGTYPE", err)
+      local cancelled, cancel_err = q:cancel("1")
+      assert.is_nil(cancelled)
+      assert.matches("WRONGTYPE", cancel_err)
+      timer:stop()
+    end)
+
+    it("backs off while Redis is down, reports the outage once, and resumes", function()
+      local own = redis_server.start({ durable = true })
+      local q, timer, errors = new_queue({ server = own, poll_interval = 0.2 })
+      local ran = 0
+      q:handle("later", function() ran = ran + 1 end)
+      assert(q:start())
+      assert(q:schedule("later", 0.5))
+      own:stop("TERM")
+      local id, err = q:schedule("later", 0)
+      assert.is_nil(id)
+      assert.matches("redis", err)
+      timer:run_for(1)
+      assert.equals(0, ran)
+      local outages = q:stats().redis_errors
+      assert.is_true(outages >= 3 and outages <= 12, outages .. " attempts in 1 s")
+      assert.equals(1, #errors)
+      assert.matches("redis", errors[1].err)
+      own:start()
+      run_until(timer, function() return ran == 1 end)
+      timer:run_for(0.3)
+      assert.equals(1, ran)                 -- the refused schedule() wrote nothing
+      timer:stop()
+      own:destroy()
+    end)
+  end)
+end)

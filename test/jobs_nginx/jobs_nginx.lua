@@ -1,0 +1,98 @@
+-- The nginx half of test/jobs_nginx_test.sh. Each worker runs the queue
+-- TO_NGINX (its handler records each run over a lua-resty-redis cosocket) and
+-- schedules into / cancels from TO_PLAIN on request.
+local hwt = require("hwt")
+local jobs = require("hwt.jobs")
+local resty_redis = require("nginx.redis")        -- Debian's lua-resty-redis
+local common = require("jobs_test")
+local ffi = require("ffi")
+
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_usec; } jobs_test_timeval;
+int gettimeofday(jobs_test_timeval *tv, void *tz);
+]]
+
+local M = {}
+local redis_port
+local to_plain                                     -- schedule and cancel only
+
+-- ngx.now() has milliseconds only: the never-early check needs microseconds.
+local function now_us()
+  local tv = ffi.new("jobs_test_timeval")
+  ffi.C.gettimeofday(tv, nil)
+  return tonumber(tv.tv_sec) * 1e6 + tonumber(tv.tv_usec)
+end
+
+-- A new client each call, as a cosocket belongs to the light thread or
+-- request that made it.
+local function connect()
+  local red = resty_redis:new()
+  red:set_timeout(2000)
+  local ok, err = red:connect("127.0.0.1", redis_port)
+  if not ok then return nil, err end
+  return red
+end
+
+local function release(red) red:set_keepalive(10000, 32) end
+
+local function log_error(what)
+  return function(err) ngx.log(ngx.ERR, what, tostring(err)) end
+end
+
+local function rpush(list, value)
+  local red, err = connect()
+  if not red then return nil, err end
+  local n, push_err = red:rpush(list, value)
+  if not n then red:close(); return nil, push_err end
+  release(red)
+  return n
+end
+
+local function record(payload, job)
+  local start = now_us()
+  ngx.update_time()
+  local line = common.record(job, payload, start, ngx.now() * 1000, ngx.worker.pid())
+  return rpush(common.lists(common.TO_NGINX).runs, line)
+end
+
+local function queue(timer, key)
+  return jobs.redis { timer = timer, key = key, connect = connect, release = release,
+                      poll_interval = 0.2, on_error = log_error("jobs " .. key .. ": ") }
+end
+
+function M.init_worker(port)
+  redis_port = port
+  -- 1 ms ticks: a job then starts ~1 ms after its due time, not ~10, so
+  -- that a claim even a few ms early shows as an early start.
+  local timer = hwt.new { tick = 0.001, on_error = log_error("hwt task: ") }
+  assert(require("hwt.ngx").start(timer))
+  local runner = queue(timer, common.TO_NGINX)
+  runner:handle("record", record)
+  assert(runner:start())
+  to_plain = queue(timer, common.TO_PLAIN)
+end
+
+-- /schedule?n=N&min=S&spread=S: N jobs into TO_PLAIN, due over
+-- [min, min + spread); the body lists their ids, one a line.
+function M.schedule()
+  local args = ngx.req.get_uri_args()
+  local n, min, spread = tonumber(args.n) or 1, tonumber(args.min) or 0, tonumber(args.spread) or 0
+  local lists = common.lists(common.TO_PLAIN)
+  for i = 1, n do
+    local delay = min + spread * (i - 1) / n
+    local id, err = to_plain:schedule("record", delay, common.payload(i, delay, now_us()))
+    if not id then return ngx.say("error ", tostring(err)) end
+    assert(rpush(lists.expected, id))
+    ngx.say(id)
+  end
+end
+
+-- /cancel?id=ID: what q:cancel returned.
+function M.cancel()
+  local id = ngx.var.arg_id
+  local cancelled, err = to_plain:cancel(id)
+  if cancelled then assert(rpush(common.lists(common.TO_PLAIN).cancelled, id)) end
+  ngx.say(tostring(cancelled), err and " " .. err or "")
+end
+
+return M

@@ -1,0 +1,254 @@
+-- hwt.jobs across processes, against a real redis-server (AOF on) on 127.0.0.1:
+--  1. 3 workers, 10,000 jobs due over 0-3 s; one worker is killed with
+--     SIGKILL mid-run (while it runs a slow job) and Redis is stopped and
+--     restarted mid-run. Every job
+--     runs, none early, none twice except those the killed worker held (run
+--     again after the lease); a job cancelled here never runs on a worker;
+--     schedule() while Redis is down returns nil, err; at the end Redis holds
+--     nothing but the dead-letter-free, empty queue.
+--  2. A job scheduled 5 s ahead survives stopping every worker: new workers
+--     run it, not early, once.
+-- Prints each check and "jobs: N passed, N failed"; exits non-zero on a failure.
+--   lua5.4 test/jobs_test.lua        (from the repository's top directory)
+package.path = "lua/?.lua;test/?.lua;" .. package.path
+local hwt = require("hwt")
+local jobs = require("hwt.jobs")
+local redis_server = require("redis_server")
+local socket = require("socket")
+
+local LUA = os.getenv("LUA") or "lua5.4"
+local JOBS = 10000
+local SPREAD = 3                -- seconds over which the jobs fall due
+local LEASE = 3
+local WORKERS = 3
+local SLOW_JOBS = 2             -- jobs that sleep SLOW_SECONDS: the kill lands in one
+local SLOW_SECONDS = 1          -- (both on one worker still end within the lease)
+local KILL_AT = 0.6             -- seconds after the first job is scheduled
+local REDIS_DOWN_AT = 1.0
+local REDIS_DOWN_FOR = 0.5
+local ALL_DONE_WITHIN = 40      -- seconds, for phase 1
+local SURVIVOR_DELAY = 5
+local NEVER_EARLY_SLACK = 0     -- a start before the deadline is a failure, however small
+
+local passed, failed = 0, 0
+local function check(ok, label, detail)
+  if ok then
+    passed = passed + 1
+    print("ok     " .. label)
+  else
+    failed = failed + 1
+    print("FAIL   " .. label .. (detail and (": " .. detail) or ""))
+  end
+end
+
+local server = redis_server.start({ durable = true })
+local scratch = server.dir
+local KEY = "test:jobs"
+local workers = {}
+
+local function spawn_worker(log_path)
+  local command = ("%s test/jobs_worker.lua %d %s %d %s 2>>%s/workers.err & echo $!"):format(
+    LUA, server.port, KEY, LEASE, log_path, scratch)
+  local pipe = assert(io.popen(command))
+  local pid = tonumber(pipe:read("*l"))
+  pipe:close()
+  workers[#workers + 1] = pid
+  return pid
+end
+
+local function kill(pid, signal)
+  redis_server.execute(("kill -%s %d 2>/dev/null"):format(signal, pid))
+end
+
+local function cleanup()
+  for _, pid in ipairs(workers) do kill(pid, "KILL") end
+  server:destroy()
+end
+
+-- A queue for scheduling and cancelling from this process (it never starts).
+local timer = hwt.new()
+local queue = jobs.redis({
+  timer = timer, key = KEY,
+  connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = server.port, timeout = 1 }) end,
+})
+
+-- Reads the workers' logs: starts[id] = { {start, due, pid, log}, ... }, done[id] = count.
+local function read_logs(paths)
+  local starts, done = {}, {}
+  for _, path in ipairs(paths) do
+    local file = io.open(path)
+    if file then
+      for line in file:lines() do
+        local id, start, due, pid = line:match("^S (%S+) (%S+) (%S+) (%S+)$")
+        if id then
+          starts[id] = starts[id] or {}
+          table.insert(starts[id], { start = tonumber(start), due = tonumber(due), pid = tonumber(pid) })
+        else
+          id = line:match("^D (%S+)$")
+          if id then done[id] = (done[id] or 0) + 1 end
+        end
+      end
+      file:close()
+    end
+  end
+  return starts, done
+end
+
+local function count_done(paths, ids)
+  local _, done = read_logs(paths)
+  local n = 0
+  for _, id in ipairs(ids) do
+    if done[id] then n = n + 1 end
+  end
+  return n
+end
+
+local function redis_size(client, command, key)
+  return tonumber(client[command](client, "{" .. KEY .. "}:" .. key))
+end
+
+-- The pid of a worker inside a slow job now, or nil.
+local function running_slow(logs, slow_ids)
+  local starts, done = read_logs(logs)
+  for _, id in ipairs(slow_ids) do
+    if starts[id] and not done[id] then return starts[id][1].pid end
+  end
+end
+
+local function phase_one()
+  local logs = {}
+  for i = 1, WORKERS do
+    logs[i] = ("%s/worker%d.log"):format(scratch, i)
+    spawn_worker(logs[i])
+  end
+  local victim
+  local killed, redis_restarted, cancelled = false, false, nil
+  local ids, earliest, slow_ids = {}, {}, {}
+  local cancelled_id = assert(queue:schedule("job", SPREAD + 1, { cancel = true }))
+  local first = socket.gettime()
+  for i = 1, SLOW_JOBS do
+    slow_ids[i] = assert(queue:schedule("job", KILL_AT / 2, { sleep = SLOW_SECONDS }))
+    ids[#ids + 1], earliest[slow_ids[i]] = slow_ids[i], first + KILL_AT / 2
+  end
+  local function kill_a_busy_worker()
+    victim = running_slow(logs, slow_ids)
+    if victim then
+      kill(victim, "KILL")
+      killed = true
+      cancelled = queue:cancel(cancelled_id)
+    end
+  end
+  local refused_while_down, written_while_down = nil, nil
+  for i = 1, JOBS do
+    local delay = (i - 1) * SPREAD / JOBS
+    local before = socket.gettime()
+    local id = queue:schedule("job", delay, { n = i })
+    if id then
+      ids[#ids + 1] = id
+      earliest[id] = before + delay
+    end
+    local elapsed = socket.gettime() - first
+    if not killed and elapsed >= KILL_AT and i % 100 == 0 then kill_a_busy_worker() end
+    if not redis_restarted and elapsed >= REDIS_DOWN_AT then
+      server:stop("TERM")
+      local id_down, err = queue:schedule("job", 0, { n = "while down" })
+      refused_while_down = id_down == nil and type(err) == "string"
+      socket.sleep(REDIS_DOWN_FOR)
+      server:start()
+      redis_restarted = true
+      written_while_down = id_down
+    end
+  end
+  local scheduled_in = socket.gettime() - first
+  redis_server.wait_until(function()
+    if not killed then kill_a_busy_worker() end
+    return killed
+  end, SLOW_SECONDS)
+  check(#ids == JOBS + SLOW_JOBS, ("all %d jobs scheduled"):format(JOBS), ("%d scheduled"):format(#ids))
+  check(killed and redis_restarted, "a worker was killed and Redis restarted while jobs were scheduled")
+  check(refused_while_down and written_while_down == nil, "schedule() while Redis is down returns nil, err")
+  check(cancelled == true, "a job cancelled from this process: cancel() returns true", tostring(cancelled))
+
+  local all_done = redis_server.wait_until(function() return count_done(logs, ids) == #ids end,
+                                           ALL_DONE_WITHIN)
+  local starts = read_logs(logs)
+  local missing, early, twice, unexplained, rerun_too_soon = 0, 0, 0, 0, 0
+  local worst_early = 0
+  for _, id in ipairs(ids) do
+    local runs = starts[id]
+    if not runs then
+      missing = missing + 1
+    else
+      for _, run in ipairs(runs) do
+        local ahead = earliest[id] - run.start
+        if ahead > NEVER_EARLY_SLACK then
+          early = early + 1
+          worst_early = math.max(worst_early, ahead)
+        end
+      end
+      if #runs > 1 then
+        twice = twice + 1
+        table.sort(runs, function(a, b) return a.start < b.start end)
+        -- A second run is allowed only after a run on the killed worker, and
+        -- only once that worker's lease has run out.
+        local on_victim
+        for i = 1, #runs - 1 do
+          if runs[i].pid == victim then on_victim = runs[i] end
+        end
+        if not on_victim then
+          unexplained = unexplained + 1
+        elseif runs[#runs].start < on_victim.start + LEASE - 1 then
+          rerun_too_soon = rerun_too_soon + 1
+        end
+      end
+    end
+  end
+  check(all_done, ("every job ran to its end within %d s"):format(ALL_DONE_WITHIN),
+        ("%d of %d"):format(count_done(logs, ids), #ids))
+  check(missing == 0, "no job lost", missing .. " never started")
+  print(("       (scheduling took %.1f s)"):format(scheduled_in))
+  check(early == 0, "no job started before its deadline",
+        ("%d early, the worst by %.6f s"):format(early, worst_early))
+  check(unexplained == 0, "no job ran twice except those the killed worker held",
+        unexplained .. " ran twice without a run on the killed worker")
+  check(twice > 0 and rerun_too_soon == 0,
+        ("the killed worker's jobs ran again, after its lease (%d jobs)"):format(twice),
+        ("%d ran twice, %d of them before the lease ran out"):format(twice, rerun_too_soon))
+  local _, done = read_logs(logs)
+  check(done[cancelled_id] == nil and starts[cancelled_id] == nil, "the cancelled job ran on no worker")
+
+  local client = assert(server:connect())
+  local leftovers = redis_size(client, "zcard", "due") + redis_size(client, "hlen", "jobs")
+    + redis_size(client, "hlen", "claims") + redis_size(client, "zcard", "dead")
+  check(leftovers == 0, "Redis holds nothing once every job ran (nothing half-written, nothing dead)",
+        leftovers .. " entries left")
+  client:quit()
+end
+
+local function phase_two()
+  local before = socket.gettime()
+  local id = assert(queue:schedule("job", SURVIVOR_DELAY, { survivor = true }))
+  for _, pid in ipairs(workers) do kill(pid, "TERM") end
+  socket.sleep(1)
+  local logs = {}
+  for i = 1, 2 do
+    logs[i] = ("%s/new%d.log"):format(scratch, i)
+    spawn_worker(logs[i])
+  end
+  local ran = redis_server.wait_until(function() return count_done(logs, { id }) == 1 end,
+                                      SURVIVOR_DELAY + LEASE + 5)
+  local starts = read_logs(logs)
+  local runs = starts[id] or {}
+  check(ran and #runs == 1, ("a job scheduled %d s ahead ran once on workers started after every "
+        .. "worker that knew it was stopped"):format(SURVIVOR_DELAY), #runs .. " runs")
+  check(runs[1] and runs[1].start >= before + SURVIVOR_DELAY, "... and not before its deadline")
+end
+
+local ok, err = pcall(function()
+  phase_one()
+  phase_two()
+end)
+cleanup()
+if not ok then check(false, "the test ran to its end", tostring(err)) end
+print(("jobs: %d passed, %d failed"):format(passed, failed))
+os.exit(failed == 0 and 0 or 1)

@@ -1,0 +1,123 @@
+-- A private redis-server for the tests of hwt.jobs: on a free 127.0.0.1 port,
+-- in a scratch directory, every wait bounded. Also puts Debian's redis-lua on
+-- package.path for Lua 5.4 (Debian ships it for 5.1-5.3; it is plain Lua over
+-- LuaSocket, which Debian ships for 5.4 too).
+local socket = require("socket")
+
+local M = {}
+
+local START_TIMEOUT = 10        -- seconds for redis-server to answer PING
+local STOP_TIMEOUT = 10
+
+if not package.path:find("/usr/share/lua/5.3/?.lua", 1, true) then
+  package.path = package.path .. ";/usr/share/lua/5.3/?.lua"
+end
+local redis = require("redis")
+M.redis = redis
+
+local function free_port()
+  local probe = assert(socket.bind("127.0.0.1", 0))
+  local _, port = probe:getsockname()
+  probe:close()
+  return tonumber(port)
+end
+
+-- Commands run without LD_PRELOAD: under `make test`'s ASan run it holds
+-- the sanitizer runtimes, which `ps` or redis-server must not get.
+local function unpreloaded(command) return "unset LD_PRELOAD; " .. command end
+
+local function shell(command)
+  local pipe = assert(io.popen(unpreloaded(command)))
+  local out = pipe:read("*a")
+  pipe:close()
+  return out
+end
+
+local Server = {}
+Server.__index = Server
+
+-- A client, or nil and the error.
+function Server:connect()
+  local ok, client = pcall(redis.connect, { host = "127.0.0.1", port = self.port, timeout = 2 })
+  if ok then return client end
+  return nil, client
+end
+
+function Server:alive()
+  local client = self:connect()
+  if not client then return false end
+  local ok = pcall(client.ping, client)
+  pcall(client.quit, client)
+  return ok
+end
+
+local function wait_until(condition, seconds)
+  local deadline = socket.gettime() + seconds
+  while not condition() do
+    if socket.gettime() > deadline then return false end
+    socket.sleep(0.02)
+  end
+  return true
+end
+
+-- Starts (or restarts, same port and directory) the server; with the
+-- append-only file when self.durable, so that a restart (SIGTERM) loses
+-- nothing. (appendfsync always would survive a SIGKILL too, at one fsync per
+-- write: 1 ms each on this machine.)
+function Server:start()
+  local args = { "redis-server", "--port", self.port, "--bind", "127.0.0.1", "--dir", self.dir,
+                 "--save", "''", "--daemonize", "no", "--logfile", self.dir .. "/redis.log" }
+  if self.durable then
+    for _, a in ipairs({ "--appendonly", "yes", "--appendfsync", "everysec" }) do args[#args + 1] = a end
+  else
+    for _, a in ipairs({ "--appendonly", "no" }) do args[#args + 1] = a end
+  end
+  self.pid = tonumber(shell(table.concat(args, " ") .. " >/dev/null 2>&1 & echo $!"))
+  assert(self.pid, "redis-server did not start")
+  assert(wait_until(function() return self:alive() end, START_TIMEOUT),
+         "redis-server did not answer within " .. START_TIMEOUT .. " s (see " .. self.dir .. "/redis.log)")
+end
+
+-- os.execute's success: true on Lua 5.2+, 0 on 5.1.
+local function execute(command)
+  local result = os.execute(unpreloaded(command))
+  return result == true or result == 0
+end
+M.execute = execute
+
+-- Gone, or a zombie waiting to be reaped.
+local function process_gone(pid)
+  local stat = io.open(("/proc/%d/stat"):format(pid))
+  if not stat then return true end
+  local state = stat:read("*l"):match("%) (%a)")
+  stat:close()
+  return state == "Z"
+end
+
+-- Stops the server with SIGNAL (default TERM) and waits until it is gone.
+function Server:stop(signal)
+  if not self.pid then return end
+  os.execute(("kill -%s %d 2>/dev/null"):format(signal or "TERM", self.pid))
+  local pid = self.pid
+  wait_until(function() return process_gone(pid) end, STOP_TIMEOUT)
+  self.pid = nil
+end
+
+-- Stops the server and removes its directory.
+function Server:destroy()
+  self:stop("KILL")
+  os.execute("rm -rf '" .. self.dir .. "'")
+end
+
+-- M.start{ durable = bool } -> a running server: .port, :connect(),
+-- :stop([signal]), :start(), :destroy().
+function M.start(opts)
+  local dir = shell("mktemp -d /tmp/hwt-redis.XXXXXX"):gsub("%s+$", "")
+  local server = setmetatable({ port = free_port(), dir = dir, durable = opts and opts.durable }, Server)
+  server:start()
+  return server
+end
+
+M.wait_until = wait_until
+
+return M
