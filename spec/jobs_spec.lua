@@ -241,6 +241,26 @@ describe("hwt.jobs", function()
       assert.equals("boom", seen[1])
       timer:stop()
     end)
+
+    it("gives back, unstarted, a job whose lease ran out while it waited here", function()
+      local q, timer = new_queue({ lease = 0.3 })
+      local runs = {}
+      q:handle("slow", function(_, job)
+        runs[#runs + 1] = job
+        socket.sleep(0.5)                           -- longer than the lease
+      end)
+      q:handle("next", function(_, job) runs[#runs + 1] = job end)
+      assert(q:start())
+      assert(q:schedule("slow", 0))
+      assert(q:schedule("next", 0))                 -- claimed in the same batch
+      run_until(timer, function() return #runs == 2 and settled(q) end)
+      timer:run_for(0.1)
+      assert.equals(2, #runs)
+      assert.same({ "slow", "next" }, { runs[1].name, runs[2].name })
+      assert.equals(1, q:stats().expired)
+      assert.equals(1, runs[2].attempt)             -- a give-back is not an attempt
+      timer:stop()
+    end)
   end)
 
   describe("cancel", function()

@@ -70,8 +70,9 @@ redis.call('HDEL', KEYS[5], id)
 return 1
 ]]
 
--- Settles the outcomes the worker sends (1: settled; 0: already settled, a
--- resent outcome; -1: the lease was lost, another claim holds the job), then
+-- Settles the outcomes the worker sends (done; retry after a wait; dead;
+-- release: due again, unstarted) and answers for each 1: settled; 0: already
+-- settled, a resent outcome; -1: the lease was lost, another claim holds it. Then
 -- claims up to ARGV[1] due jobs for ARGV[2] µs, and tells how long until the
 -- next job is due (-1: none).
 local PUMP = NOW .. [[
@@ -93,6 +94,9 @@ for i = 0, tonumber(ARGV[3]) - 1 do
     elseif kind == 'retry' then
       redis.call('ZADD', due, score(now + tonumber(wait)), id)
       redis.call('HSET', errors, id, err)
+    elseif kind == 'release' then
+      redis.call('ZADD', due, score(now), id)
+      redis.call('HINCRBY', tries, id, -1)
     else
       redis.call('ZREM', due, id)
       redis.call('ZADD', dead, score(now), id)
@@ -324,7 +328,7 @@ function M.redis(opts)
     outcomes = {},          -- settled here, not yet in Redis
     failures = 0,           -- Redis failures in a row
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
-    counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, redis_errors = 0 },
+    counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },
     keys = {
       schedule = { k.due, k.jobs, k.seq },
       cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
@@ -459,12 +463,26 @@ end
 
 local function outcome(q, job, kind, wait, err)
   local list = q.outcomes
-  list[#list + 1] = { job.id, job.token, kind, micro(wait), err and tostring(err) or "" }
+  list[#list + 1] = { job.id, job._token, kind, micro(wait), err and tostring(err) or "" }
 end
 
-local function settle_soon(q) arm(q, 0) end
+local function settle_soon(q)
+  q.running = q.running - 1
+  if q.wake then arm(q, 0) end
+end
+
+-- A job that waited here until its lease ran out may be running elsewhere
+-- already: it is given back, not started.
+local function lease_expired(q, job)
+  return q.timer:now() - job._claimed >= q.lease
+end
 
 local function run_job(_, q, job)
+  if lease_expired(q, job) then
+    q.counts.expired = q.counts.expired + 1
+    outcome(q, job, "release", 0)
+    return settle_soon(q)
+  end
   local handler = q.handlers[job.name]
   local ok, err
   if job.malformed then
@@ -484,17 +502,19 @@ local function run_job(_, q, job)
     q.counts.retried = q.counts.retried + 1
     outcome(q, job, "retry", checks.backoff_wait(q.retry, job.attempt), err)
   end
-  q.running = q.running - 1
-  if q.wake then settle_soon(q) end
+  settle_soon(q)
   if not ok then
     q.counts.failed = q.counts.failed + 1
     report(q, err, job)
   end
 end
 
-local function job_from(q, row)
+-- `asked_at`: when the claim was sent (timer:now()), no later than Redis
+-- made it, so the lease is never thought longer than it is.
+local function job_from(q, row, asked_at)
   local name, payload = decode(q.codec, row[2])
-  local job = { id = row[1], token = row[3], attempt = tonumber(row[4]), due = tonumber(row[5]) / MICRO, queue = q }
+  local job = { id = row[1], attempt = tonumber(row[4]), due = tonumber(row[5]) / MICRO, queue = q,
+                _token = row[3], _claimed = asked_at }
   if name then
     job.name, job.payload = name, payload
   else
@@ -505,9 +525,9 @@ end
 
 -- Starts each claimed job as an hwt task of its own (so a host driver runs
 -- it as it runs any task); at max_pending it runs here instead.
-local function start_jobs(q, rows)
+local function start_jobs(q, rows, asked_at)
   for _, row in ipairs(rows) do
-    local job = job_from(q, row)
+    local job = job_from(q, row, asked_at)
     q.running = q.running + 1
     if not q.timer:timeout(0, run_job, q, job) then run_job(nil, q, job) end
   end
@@ -529,6 +549,7 @@ local function pump_once(q)
   for _, fields in ipairs(sending) do
     for i = 1, OUTCOME_FIELDS do args[#args + 1] = fields[i] end
   end
+  local asked_at = q.timer:now()
   local reply, err = eval(q, PUMP, q.keys.pump, unpack(args))
   if not reply then
     for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
@@ -540,7 +561,7 @@ local function pump_once(q)
   end
   q.failures = 0
   count_lost(q, reply[1])
-  start_jobs(q, reply[2])
+  start_jobs(q, reply[2], asked_at)
   if q.stopped then
     if #q.outcomes > 0 then arm(q, 0) end
     return
@@ -602,8 +623,10 @@ function Queue:stop()
 end
 
 -- What this worker did: scheduled, ran, failed, retried, dead, lost (claims
--- that expired before their outcome reached Redis), redis_errors; running
--- (claimed, not settled) and unsettled (outcomes waiting for Redis).
+-- that expired before their outcome reached Redis), expired (claimed jobs
+-- given back unstarted: their lease ran out while they waited here),
+-- redis_errors; running (claimed, not settled) and unsettled (outcomes
+-- waiting for Redis).
 function Queue:stats()
   check_queue(self, "stats")
   local s = {}
