@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-nginx soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas rock rock-install
 
 all: $(MODULE)
@@ -205,6 +205,10 @@ bench-floor: bench-deps
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
+# hwt.jobs against a hand-written Redis polling loop (bench/RESULTS.md).
+bench-jobs: deps all
+	@sh bench/jobs_bench.sh
+
 clean:
 	rm -rf $(BUILD)
 
@@ -224,4 +228,5 @@ help:
 	@echo "make bench-reset  idle timeouts re-armed per event: reset() vs cancel + new and luv again()"
 	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
+	@echo "make bench-jobs  hwt.jobs on Redis vs a ZRANGEBYSCORE polling loop"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

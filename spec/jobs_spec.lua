@@ -311,11 +311,15 @@ describe("hwt.jobs", function()
       assert(q:start())
       timer:run_for(0.1)
       assert.equals(1, timer:pending())
-      local function evals()
+      local function evals()                       -- EVAL and EVALSHA calls so far
         local client = assert(server:connect())
-        local line = client:info("commandstats").commandstats.cmdstat_eval
+        local stats = client:info("commandstats").commandstats
         client:quit()
-        return tonumber(line:match("calls=(%d+)"))
+        local calls = 0
+        for _, name in ipairs({ "cmdstat_eval", "cmdstat_evalsha" }) do
+          calls = calls + tonumber((stats[name] or "calls=0"):match("calls=(%d+)"))
+        end
+        return calls
       end
       local before = evals()
       timer:run_for(1)
@@ -337,6 +341,20 @@ describe("hwt.jobs", function()
       assert.is_false(q:stats().started)
       assert(q:start())
       run_until(timer, function() return ran == 1 end)
+      timer:stop()
+    end)
+
+    it("sends a script's text again when Redis lost it (SCRIPT FLUSH, a restart)", function()
+      local q, timer = new_queue()
+      local ran = 0
+      q:handle("x", function() ran = ran + 1 end)
+      assert(q:schedule("x", 0))
+      local client = assert(server:connect())
+      client:script("flush")
+      client:quit()
+      assert(q:schedule("x", 0))
+      assert(q:start())
+      run_until(timer, function() return ran == 2 end)
       timer:stop()
     end)
 

@@ -179,19 +179,42 @@ local function hand_back(q, client)
   end
 end
 
+-- client:command(...) for either client: the reply, or nil and the error
+-- (lua-resty-redis answers an error reply with false, err; redis-lua raises).
+local function call(client, command, ...)
+  local ok, reply, err = pcall(client[command], client, ...)
+  if ok and reply then return reply end
+  return nil, tostring(ok and err or reply)
+end
+
+local script_shas = {}          -- script -> its SHA1, from SCRIPT LOAD
+
+-- EVALSHA, so that the script's text crosses the network once per process;
+-- EVAL where Redis does not have it (restarted, flushed), which loads it.
+local function run_script(client, script, args)
+  local sha = script_shas[script]
+  if sha then
+    local reply, err = call(client, "evalsha", sha, unpack(args))
+    if reply or not err:find("NOSCRIPT", 1, true) then return reply, err end
+  else
+    script_shas[script] = call(client, "script", "load", script)
+  end
+  return call(client, "eval", script, unpack(args))
+end
+
 -- Runs one script; returns its reply, or nil and a message.
 local function eval(q, script, keys, ...)
   local client, err = acquire(q)
   if not client then return nil, "redis: cannot connect: " .. tostring(err) end
-  local args = { script, #keys, unpack(keys) }
+  local args = { #keys, unpack(keys) }
   for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
-  local ok, reply, reply_err = pcall(client.eval, client, unpack(args))
-  if ok and reply then          -- lua-resty-redis answers an error reply with false, err
+  local reply, reply_err = run_script(client, script, args)
+  if reply then
     hand_back(q, client)
     return reply
   end
   close_quietly(client)
-  return nil, "redis: " .. tostring(ok and reply_err or reply)
+  return nil, "redis: " .. reply_err
 end
 
 -- ---- payloads ----------------------------------------------------------
@@ -466,9 +489,18 @@ local function outcome(q, job, kind, wait, err)
   list[#list + 1] = { job.id, job._token, kind, micro(wait), err and tostring(err) or "" }
 end
 
+local pump
+
+-- The last job of a batch asks Redis for the next batch at once; the others
+-- leave it to the wake (one round trip for the outcomes of many jobs).
 local function settle_soon(q)
   q.running = q.running - 1
-  if q.wake then arm(q, 0) end
+  if not q.wake then return end
+  if q.running == 0 then
+    pump(nil, q)
+  else
+    arm(q, 0)
+  end
 end
 
 -- A job that waited here until its lease ran out may be running elsewhere
@@ -576,7 +608,7 @@ end
 
 -- The wake's task. A pump that yields (lua-resty-redis) may be overtaken by
 -- the next wake: that one only asks the running pump to go round again.
-local function pump(_, q)
+function pump(_, q)
   q.wake_at = huge
   if q.pumping then
     q.pump_again = true
