@@ -194,6 +194,11 @@ local function counters()
            bytes_in = tonumber(flat.total_net_input_bytes) }
 end
 
+-- hwt.jobs' round trips: its script calls (EVALSHA, and EVAL where Redis lacked the script).
+local function script_calls(before, after)
+  return after.calls("eval") - before.calls("eval") + after.calls("evalsha") - before.calls("evalsha")
+end
+
 local spawned = {}
 local function spawn(impl, key, poll, mode, name, extra, env)
   os.remove(DIR .. "/out." .. name)
@@ -370,7 +375,7 @@ local function measure_run(impl, workers, sched_rate, tag, env)
   record(tag .. "_per_s", impl, #records / (last_end - first_due))
   local hlen_calls = after.calls("hlen") - before.calls("hlen")
   local commands = after.total - before.total - hlen_calls - 1
-  local trips = impl == "hwt" and (after.calls("eval") - before.calls("eval")) or commands
+  local trips = impl == "hwt" and script_calls(before, after) or commands
   record(tag .. "_trips_per_job", impl, trips / N_RUN)
   record(tag .. "_cmds_per_job", impl, commands / N_RUN)
   client:flushdb()
@@ -453,7 +458,7 @@ local function measure_idle(impl, poll, tag)
   finish_workers()
   local elapsed = after.t - before.t
   local commands = after.total - before.total - 1
-  local trips = impl == "hwt" and (after.calls("eval") - before.calls("eval")) or commands
+  local trips = impl == "hwt" and script_calls(before, after) or commands
   record(tag .. "_cmds_per_s", impl, commands / elapsed)
   record(tag .. "_trips_per_s", impl, trips / elapsed)
   record(tag .. "_bytes_per_s", impl, (after.bytes_in - before.bytes_in - #INFO_REQUEST - 2) / elapsed)
