@@ -16,7 +16,13 @@
 --     cannot be had, the methods are read from the module's source);
 --   * the keys of timer:stats() are exactly the fields of hwt.Stats, each
 --     value of the annotated type;
---   * every annotated option of hwt.new, hwt.retry and the drivers is accepted.
+--   * every annotated option of hwt.new, hwt.retry and the drivers is accepted;
+--   * hwt.jobs: its functions, the methods of a real queue (jobs.redis
+--     connects on first use only), its options (each accepted, and exactly
+--     the ones jobs.redis reads, also inside `retry`), the keys of q:stats(),
+--     and the records a handler, on_error and q:dead() get, from a queue run
+--     on the manual clock against a stub Redis client (canned replies in the
+--     shapes of the module's scripts; no redis-server needed).
 -- Each comparison is one check; each mismatch is printed; the last line is
 -- "meta: N passed, N failed", and the exit status is 1 when one failed.
 local hwt = require("hwt")
@@ -108,8 +114,8 @@ local function parse(path, relative)
 end
 
 parse(library .. "/hwt.lua", "library/hwt.lua")
-for _, driver in ipairs({ "ngx", "luv", "cqueues" }) do
-  parse(library .. "/hwt/" .. driver .. ".lua", "library/hwt/" .. driver .. ".lua")
+for _, module in ipairs({ "ngx", "luv", "cqueues", "jobs" }) do
+  parse(library .. "/hwt/" .. module .. ".lua", "library/hwt/" .. module .. ".lua")
 end
 
 -- ---- comparisons ----------------------------------------------------------
@@ -389,6 +395,177 @@ compare_driver("hwt.cqueues", "hwt.cqueues.Handle", function(M)
   return handle, nil, function() handle:detach(); timer:stop() end
 end)
 
+-- ---- hwt.jobs -----------------------------------------------------------------
+-- Compares tables a real call returned with the ---@field lines of class
+-- `cname`: every public key of each is annotated and of the annotated type;
+-- every field not marked optional is set in each (unless its type admits
+-- nil: `any`, `|nil`) and of its type; every field is set in one at least.
+local function admits_nil(annotated)
+  for alternative in (annotated .. "|"):gmatch("%s*([^|]-)%s*|") do
+    if alternative == "any" or alternative == "nil" then return true end
+  end
+  return false
+end
+
+local function compare_records(cname, records, what)
+  local c = classes[cname]
+  if not check(c ~= nil, "no ---@class %s in library/", cname) then return end
+  local set = {}
+  for _, record in ipairs(records) do
+    local t, label = record[1], record[2]
+    for _, key in ipairs(sorted_keys(t)) do
+      if is_public(key) then
+        local field = c.fields[key]
+        set[key] = true
+        if check(field ~= nil, "%s.%s exists but is not a ---@field of %s", label, tostring(key), cname) then
+          check(has_type(t[key], field.type), "%s.%s is %s (%s) but %s says %s (%s)", label, key,
+            tostring(t[key]), math.type and math.type(t[key]) or type(t[key]),
+            cname, field.type, field.where)
+        end
+      end
+    end
+    for _, name in ipairs(sorted_keys(c.fields)) do
+      local field = c.fields[name]
+      if not field.optional and not admits_nil(field.type) then
+        check(t[name] ~= nil, "%s.%s is annotated (%s) but %s has no such key", cname, name, field.where, label)
+      end
+    end
+  end
+  for _, name in ipairs(sorted_keys(c.fields)) do
+    check(set[name], "%s.%s is annotated (%s) but no %s sampled here has it", cname, name, c.fields[name].where, what)
+  end
+end
+
+local jobs_ok, jobs = pcall(require, "hwt.jobs")
+local cjson_ok = pcall(require, "cjson")        -- jobs.redis needs it
+local jobs_connect = function() return nil, "no redis" end
+
+-- The keys of `opts` that jobs.redis reads (a proxy records them): its
+-- options, and within `retry` the retry fields.
+local function keys_read(opts)
+  local read, retry_read = {}, {}
+  local retry = setmetatable({}, { __index = function(_, key) retry_read[key] = true end })
+  local proxy = setmetatable({}, { __index = function(_, key)
+    read[key] = true
+    if key == "retry" then return retry end
+    return opts[key]
+  end })
+  local ok, err = pcall(jobs.redis, proxy)
+  check(ok, "jobs.redis with only timer, connect and key raised: %s", tostring(err))
+  return read, retry_read
+end
+
+local function compare_read(cname, read, what)
+  local c = classes[cname]
+  if not check(c ~= nil, "no ---@class %s in library/", cname) then return end
+  for _, key in ipairs(sorted_keys(read)) do
+    check(c.fields[key] ~= nil, "jobs.redis reads %s '%s' but it is not a ---@field of %s", what, tostring(key), cname)
+  end
+  for _, name in ipairs(sorted_keys(c.fields)) do
+    check(read[name], "%s.%s is annotated (%s) but jobs.redis never reads %s '%s'", cname, name,
+      c.fields[name].where, what, name)
+  end
+end
+
+if jobs_ok and cjson_ok then
+  local timer = hwt.new()
+  local base = { timer = timer, connect = jobs_connect, key = "meta:jobs" }
+  local function with(key, value)
+    local o = {}
+    for k, v in pairs(base) do o[k] = v end
+    o[key] = value
+    return o
+  end
+  compare_options("hwt.jobs.Options", {
+    timer = timer, connect = jobs_connect, release = nop, key = "meta:jobs", lease = 30, poll_interval = 1,
+    concurrency = 1, retry = {}, on_error = nop,
+  }, function(key, value) return pcall(jobs.redis, with(key, value)) end)
+  -- An accepted retry field proves it is known; the keys jobs.redis reads
+  -- (below) prove that it is used.
+  compare_options("hwt.jobs.RetryOptions", { retries = 0, delay = 0, backoff = 1, max_delay = 0, jitter = 0 },
+    function(key, value) return pcall(jobs.redis, with("retry", { [key] = value })) end)
+  local read, retry_read = keys_read(base)
+  compare_read("hwt.jobs.Options", read, "option")
+  compare_read("hwt.jobs.RetryOptions", retry_read, "retry field")
+  timer:stop()
+else
+  note("hwt.jobs or lua-cjson does not load here: hwt.jobs.Options, hwt.jobs.RetryOptions not tried")
+end
+
+compare_driver("hwt.jobs", "hwt.jobs.Queue", function(M)
+  if not cjson_ok then return nil, "lua-cjson does not load" end
+  local timer = hwt.new()
+  local ok, q = pcall(M.redis, { timer = timer, key = "meta:jobs", connect = jobs_connect })
+  if not ok then timer:stop(); return nil, q end
+  return q, nil, function() timer:stop() end
+end)
+
+-- A stub of a Redis client (redis-lua's calls: script, evalsha, eval, close)
+-- that answers the queue's worker script (7 keys) and its dead-letter list
+-- (first key "{key}:dead") with replies shaped as Redis gives them; any
+-- other script is an error reply. The first worker round claims a good job
+-- and a malformed one.
+local STUB_DUE_US = 1700000000 * 1000000
+local function stub_redis()
+  local client, pumps = {}, 0
+  function client.script(_, _, text) return text end      -- SCRIPT LOAD: the text is its own "sha"
+  function client.close() end
+  function client.eval(_, _, numkeys, ...)
+    local args = { ... }
+    local first_key = args[1] or ""
+    if numkeys == 7 then                          -- settle ARGV[3] outcomes, claim, next due
+      pumps = pumps + 1
+      local settled = {}
+      for i = 1, tonumber(args[numkeys + 3]) do settled[i] = 1 end
+      local claimed = {}
+      if pumps == 1 then
+        claimed = { { "7", '{"name":"meta","payload":{"n":1}}', "1", 1, STUB_DUE_US },
+                    { "8", "{not json", "2", 1, STUB_DUE_US } }
+      end
+      return { settled, claimed, -1 }
+    elseif first_key:match(":dead$") then         -- id, job JSON, error, tries
+      return { { "7", '{"name":"meta","payload":{"n":1}}', "boom", "3" },
+               { "8", "{not json", "malformed job", "1" } }
+    end
+    error("stub redis: unexpected script with " .. tostring(numkeys) .. " keys", 0)
+  end
+  client.evalsha = client.eval
+  return client
+end
+
+if jobs_ok and cjson_ok then
+  local timer = hwt.new({ clock = "manual" })
+  local handled, reported = {}, {}
+  local client = stub_redis()
+  local q = jobs.redis({ timer = timer, key = "meta:stub", connect = function() return client end,
+    on_error = function(err, job) reported[#reported + 1] = { err = err, job = job } end })
+  q:handle("meta", function(_, job) handled[#handled + 1] = job end)
+  local idle_stats = q:stats()
+  local started, start_err = q:start()
+  check(started, "q:start() against the stub: %s", tostring(start_err))
+  timer:run_for(0)
+  check(#handled == 1, "the stub's job reached the handler %d times, not once", #handled)
+  local malformed = reported[1] and reported[1].job
+  check(#reported == 1 and malformed ~= nil, "on_error got %d reports (%s), not one with the malformed job",
+    #reported, tostring(reported[1] and reported[1].err))
+  local job_samples = {}
+  if handled[1] then job_samples[#job_samples + 1] = { handled[1], "a handler's job" } end
+  if malformed then job_samples[#job_samples + 1] = { malformed, "on_error's malformed job" } end
+  compare_records("hwt.jobs.Job", job_samples, "job record")
+  compare_records("hwt.jobs.Stats", { { idle_stats, "q:stats() (new queue)" }, { q:stats(), "q:stats() (after a run)" } },
+    "q:stats()")
+  local dead, dead_err = q:dead()
+  local dead_samples = {}
+  if check(dead ~= nil and #dead == 2, "q:dead() against the stub: %s", tostring(dead and #dead .. " entries" or dead_err)) then
+    dead_samples = { { dead[1], "q:dead()[1]" }, { dead[2], "q:dead()[2] (malformed)" } }
+  end
+  compare_records("hwt.jobs.DeadJob", dead_samples, "q:dead() entry")
+  q:stop()
+  timer:stop()
+else
+  note("hwt.jobs or lua-cjson does not load here: hwt.jobs.Job, hwt.jobs.Stats, hwt.jobs.DeadJob not compared")
+end
+
 -- ---- every class is known ---------------------------------------------------
 -- A class with members that no check above looked at is a typo in a name.
 local compared = {
@@ -397,6 +574,8 @@ local compared = {
   ["hwt.ngx"] = true, ["hwt.ngx.Options"] = true, ["hwt.ngx.Driver"] = true,
   ["hwt.luv"] = true, ["hwt.luv.Options"] = true, ["hwt.luv.Handle"] = true,
   ["hwt.cqueues"] = true, ["hwt.cqueues.Handle"] = true,
+  ["hwt.jobs"] = true, ["hwt.jobs.Options"] = true, ["hwt.jobs.RetryOptions"] = true, ["hwt.jobs.Queue"] = true,
+  ["hwt.jobs.Job"] = true, ["hwt.jobs.Stats"] = true, ["hwt.jobs.DeadJob"] = true,
 }
 for _, name in ipairs(sorted_keys(classes)) do
   check(compared[name], "---@class %s is not compared with anything by this test", name)

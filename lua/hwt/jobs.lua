@@ -315,6 +315,11 @@ local function check_options(opts)
   local retry = checks.backoff_options(opts.retry or {}, function(field, message)
     bad_option("retry." .. field, message)
   end)
+  for field in pairs(opts.retry or {}) do
+    if retry[field] == nil or field == "random" then
+      bad_option("retry." .. tostring(field), "unknown field")
+    end
+  end
   return {
     lease = positive_number(opts, "lease"),
     poll_interval = positive_number(opts, "poll_interval"),
@@ -633,6 +638,7 @@ function Queue:start()
   if next(self.handlers) == nil then
     error("hwt.jobs: no handlers: call q:handle(name, fn) before q:start()", 2)
   end
+  if self.timer:stats().stopped then error("hwt.jobs: timer is stopped", 2) end
   if not self.wake then
     local wake, err = self.timer:timeout(0, pump, self)
     if not wake then return nil, err end

@@ -1,0 +1,158 @@
+---@meta hwt.jobs
+
+-- LuaLS definitions for hwt.jobs: delayed jobs kept in Redis, run by any
+-- number of worker processes through their hwt timers. See library/hwt.lua.
+
+---Durable delayed jobs on Redis: they survive restarts, and every worker process on the same `key` shares one queue.
+---@class hwt.jobs
+local M = {}
+
+---A job's handler, looked up by name on the worker that claims the job. It fails when it raises or returns `nil`/`false` plus an error; any other return succeeds.
+---@alias hwt.jobs.Handler fun(payload: any, job: hwt.jobs.Job): any, any
+
+---Options of `require("hwt.jobs").redis` (`timer`, `connect` and `key` required; an unknown key raises an error naming it).
+---@class hwt.jobs.Options
+---The timer whose tasks claim and run the jobs (drive it as usual: `run_for`, a host driver).
+---@field timer hwt.Timer
+---Returns a connected Redis client (redis-lua, or lua-resty-redis in OpenResty), or `nil, err`; called on first use and after a failed call, never at construction.
+---@field connect fun(): any, string?
+---Hands back each call's client (lua-resty-redis: `function(red) red:set_keepalive(10000, 32) end`); required in OpenResty. Without it the queue keeps one idle client.
+---@field release? fun(client: any)
+---Names the queue: its Redis keys are `{key}:due`, `:jobs`, `:tries`, `:claims`, `:errors`, `:dead`, `:seq` (one hash slot). Non-empty.
+---@field key string
+---Seconds a claim lasts (default 30): a worker that dies holding a job loses it after `lease`; a handler that runs longer may run twice. > 0.
+---@field lease? number
+---Seconds between the requests of an idle worker (default 1): the bound on how late a job scheduled by another process starts. > 0.
+---@field poll_interval? number
+---Jobs claimed by this worker at once (default 32); integer >= 1.
+---@field concurrency? integer
+---Retries of a failed job, with `hwt.retry`'s backoff (default `{retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0}`); then the dead-letter set.
+---@field retry? hwt.jobs.RetryOptions
+---Called with each error: a handler's failure (with its job), the first Redis failure of an outage (job nil). Without it the error is raised in the task, so it reaches the timer's `on_error`.
+---@field on_error? fun(err: any, job: hwt.jobs.Job|nil)
+
+---The `retry` option of `jobs.redis`: `hwt.retry`'s backoff fields (no callbacks, no `random`).
+---@class hwt.jobs.RetryOptions
+---Retries after the first attempt, at most (default 3); integer >= 0 or `math.huge`. Then the job is dead-lettered.
+---@field retries? number
+---Seconds before the first retry (default 1); >= 0.
+---@field delay? number
+---Multiplier of the wait per retry (default 2); >= 1.
+---@field backoff? number
+---Seconds, the cap on a wait, applied after jitter (default 60); >= 0.
+---@field max_delay? number
+---Fraction 0..1: each wait is multiplied by `1 ± jitter` (default 0).
+---@field jitter? number
+
+---What `jobs.redis` returns: a queue to schedule on and, once started, a worker.
+---@class hwt.jobs.Queue
+local Queue = {}
+
+---The record a handler gets as its second argument (and `on_error` with a handler's failure).
+---@class hwt.jobs.Job
+---The job's id, as `schedule` returned it.
+---@field id string
+---The name it was scheduled with (`"?"` for a malformed job).
+---@field name string
+---The payload as scheduled (through JSON); nil for a malformed job.
+---@field payload any
+---This run's number: 1 for the first, retries count on (a requeue starts again at 1).
+---@field attempt integer
+---When it fell due for this run, in epoch seconds by the Redis server's clock.
+---@field due number
+---The queue that claimed it.
+---@field queue hwt.jobs.Queue
+---Only in the record `on_error` gets for a malformed job: why it could not be read.
+---@field malformed? string
+
+---What `q:stats()` returns: this worker's counts since `jobs.redis`.
+---@class hwt.jobs.Stats
+---Jobs `schedule` wrote.
+---@field scheduled integer
+---Handlers called.
+---@field ran integer
+---Failed runs: a handler failed, no handler here, a malformed job.
+---@field failed integer
+---Failed runs set to retry.
+---@field retried integer
+---Jobs this worker dead-lettered.
+---@field dead integer
+---Outcomes Redis refused because the lease had run out and another claim held the job.
+---@field lost integer
+---Claimed jobs given back unstarted: their lease ran out while they waited here.
+---@field expired integer
+---Redis calls of the worker that failed (each retried).
+---@field redis_errors integer
+---Jobs claimed here and not yet settled.
+---@field running integer
+---Outcomes waiting to reach Redis.
+---@field unsettled integer
+---Whether the queue is started (and not stopped).
+---@field started boolean
+
+---An entry of `q:dead()`.
+---@class hwt.jobs.DeadJob
+---The job's id.
+---@field id string
+---Its name; nil for a malformed job.
+---@field name? string
+---Its payload; nil for a malformed job.
+---@field payload any
+---The last error, as a string.
+---@field error string
+---How many times it was claimed.
+---@field attempts integer
+
+---Makes a queue on Redis; nothing is sent until first use. Raises for a bad option, naming it.
+---@param opts hwt.jobs.Options
+---@return hwt.jobs.Queue queue
+---@nodiscard
+function M.redis(opts) end
+
+---Sets (or, with nil, removes) the handler of jobs named `name` on this worker; returns the queue.
+---@param name string non-empty
+---@param handler? hwt.jobs.Handler a function or a callable
+---@return hwt.jobs.Queue self
+function Queue:handle(name, handler) end
+
+---Writes a job due `delay` seconds from now (by Redis's clock); its id, or `nil, err` when Redis is unreachable or refuses (then nothing was written). Raises for a bad name or delay, or a payload that would not survive a JSON round trip through lua-cjson.
+---@param name string non-empty
+---@param delay number seconds, finite, >= 0
+---@param payload? any JSON: tables, strings, numbers (14 significant digits), booleans
+---@return string|nil id
+---@return string|nil err
+function Queue:schedule(name, delay, payload) end
+
+---true if the job will never run, on any worker; false if it is running, ran, was cancelled or is dead; `nil, err` when Redis is unreachable.
+---@param id string|integer
+---@return boolean|nil cancelled
+---@return string|nil err
+function Queue:cancel(id) end
+
+---The dead-lettered jobs, oldest first, at most `limit` (default 100); `nil, err` when Redis is unreachable.
+---@param limit? integer >= 1
+---@return hwt.jobs.DeadJob[]|nil jobs
+---@return string|nil err
+function Queue:dead(limit) end
+
+---Puts a dead-lettered job back, due in `delay` seconds (default 0), its attempts counted from zero; true if it was dead; `nil, err` when Redis is unreachable.
+---@param id string|integer
+---@param delay? number seconds, finite, >= 0
+---@return boolean|nil requeued
+---@return string|nil err
+function Queue:requeue(id, delay) end
+
+---Starts working: claims due jobs and runs each handler as a task of the timer. true, or `nil, err` when the timer refuses the wake-up; raises without handlers or on a stopped timer.
+---@return true|nil ok
+---@return string|nil err
+function Queue:start() end
+
+---Stops claiming: running handlers finish and their outcomes reach Redis; unclaimed jobs stay for other workers. `start()` resumes.
+function Queue:stop() end
+
+---This worker's counters.
+---@return hwt.jobs.Stats stats
+---@nodiscard
+function Queue:stats() end
+
+return M
