@@ -11,57 +11,20 @@
 #   4. nginx's error.log has no error lines.
 # Prints each check, then exactly one line "jobs nginx: N passed, N failed";
 # exits non-zero on any failure or missing prerequisite (one failure, reason
-# printed). Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, LUA54
-# (default lua5.4), HWT_KEEP=1 (keep the scratch prefix). Every wait is
-# bounded; both servers are stopped on exit.
+# printed). Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, HWT_SRC
+# (the C sources, default src/), LUA54 (default lua5.4), HWT_KEEP=1 (keep the
+# scratch prefix). Every wait is bounded; both servers are stopped on exit.
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HERE=$ROOT/test/jobs_nginx
 LUA54=${LUA54:-lua5.4}
+LABEL="jobs nginx"
 BUDGET=60
-passed=0
-failed=0
-prefix=""
-ngx_pid=""
+# shellcheck source=test/nginx_lib.sh
+. "$ROOT/test/nginx_lib.sh"
 redis_pid=""
 work_pid=""
-started=$(date +%s)
 
-pass() { passed=$((passed + 1)); echo "ok     $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL   $1"; }
-summary() { echo "jobs nginx: $passed passed, $failed failed"; }
-
-give_up() {
-  echo "jobs nginx: cannot run: $1"
-  failed=$((failed + 1))
-  summary
-  exit 1
-}
-
-nap() { sleep "$1" 2>/dev/null || sleep 1; }
-
-alive() {  # alive PID: exists and is not a zombie
-  kill -0 "$1" 2>/dev/null || return 1
-  [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]
-}
-
-# stop PID SIGNAL: signal our own child, wait up to 5 s, then KILL it and
-# its children.
-stop() {
-  children=$(ps -o pid= --ppid "$1" 2>/dev/null)
-  kill -"$2" "$1" 2>/dev/null
-  i=0
-  while alive "$1" && [ "$i" -lt 50 ]; do nap 0.1; i=$((i + 1)); done
-  stopped=yes
-  if alive "$1"; then
-    stopped=no
-    for c in $children; do kill -KILL "$c" 2>/dev/null; done
-    kill -KILL "$1" 2>/dev/null
-  fi
-  wait "$1" 2>/dev/null
-}
-
-stop_nginx() { [ -z "$ngx_pid" ] || { stop "$ngx_pid" QUIT; ngx_pid=""; }; }
 stop_redis() { [ -z "$redis_pid" ] || { stop "$redis_pid" TERM; redis_pid=""; }; }
 
 stop_worker() {  # the background Lua 5.4 worker: its subshell and timeout
@@ -74,33 +37,15 @@ stop_worker() {  # the background Lua 5.4 worker: its subshell and timeout
 
 cleanup() {
   stop_worker
-  stop_nginx
+  stop_nginx QUIT
   stop_redis
-  if [ -n "$prefix" ] && [ -d "$prefix" ]; then
-    if [ "${HWT_KEEP:-0}" = 1 ]; then echo "kept $prefix" >&2; else rm -rf "$prefix"; fi
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-over_budget() { [ $(($(date +%s) - started)) -ge "$BUDGET" ]; }
-
-# GET PATH -> body; fails on HTTP errors, timeouts and over budget.
-get() {
-  if over_budget; then echo "over the ${BUDGET}s budget, $1 not requested" >&2; return 1; fi
-  curl -sS --fail --max-time 5 "http://127.0.0.1:$port$1"
+  remove_prefix
 }
 
 # plain ARGS...: the Lua 5.4 half, bounded.
 plain() {
   LUA_PATH="$ROOT/lua/?.lua;$HERE/?.lua;;" LUA_CPATH="$prefix/lib54/?.so;;" \
     timeout 20 "$LUA54" "$HERE/plain.lua" "$@"
-}
-
-expect_eq() {  # expect_eq LABEL EXPECTED ACTUAL
-  if [ "$2" = "$3" ]; then pass "$1"; else fail "$1 (expected '$2', got '$3')"; fi
 }
 
 # verified LABEL WHICH EXPECTED SECONDS: polls `plain.lua verify WHICH` until
@@ -127,22 +72,10 @@ verified() {
 }
 
 # ---- prerequisites --------------------------------------------------------
-NGINX=${NGINX:-$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)}
-[ -x "$NGINX" ] || give_up "nginx not found (apt-get install nginx-light libnginx-mod-http-lua)"
-for tool in redis-server redis-cli curl timeout "$LUA54" pkg-config "${CC:=cc}"; do
+find_nginx_lua
+for tool in redis-server redis-cli curl timeout "$LUA54" pkg-config; do
   command -v "$tool" >/dev/null 2>&1 || give_up "$tool not found"
 done
-find_module() {  # find_module NAME.so
-  for d in /usr/lib/nginx/modules /usr/share/nginx/modules /usr/lib64/nginx/modules \
-           /usr/local/nginx/modules /etc/nginx/modules; do
-    [ -r "$d/$1" ] && { echo "$d/$1"; return 0; }
-  done
-  return 1
-}
-NGX_LUA_MODULE=${NGX_LUA_MODULE:-$(find_module ngx_http_lua_module.so)} ||
-  give_up "ngx_http_lua_module.so not found (apt-get install libnginx-mod-http-lua)"
-NGX_NDK_MODULE=${NGX_NDK_MODULE:-$(find_module ndk_http_module.so)} ||
-  give_up "ndk_http_module.so not found (apt-get install libnginx-mod-http-ndk)"
 [ -r /usr/share/lua/5.1/nginx/redis.lua ] || give_up "lua-resty-redis missing (apt-get install lua-nginx-redis)"
 if command -v luajit >/dev/null 2>&1; then   # nginx's own LuaJIT has the same search path
   luajit -e 'require("cjson")' 2>/dev/null || give_up "lua-cjson missing for LuaJIT (apt-get install lua-cjson)"
@@ -150,18 +83,11 @@ fi
 "$LUA54" -e 'package.path = package.path .. ";/usr/share/lua/5.3/?.lua"
   require("redis"); require("socket"); require("cjson")' 2>/dev/null ||
   give_up "$LUA54 cannot load redis (lua-redis), socket (lua-socket) and cjson (lua-cjson)"
-lj_cflags=$(pkg-config --cflags luajit 2>/dev/null) || give_up "pkg-config luajit failed (libluajit-5.1-dev)"
+find_cc_luajit
 l54_cflags=$(pkg-config --cflags lua5.4 2>/dev/null) || give_up "pkg-config lua5.4 failed (liblua5.4-dev)"
 
-prefix=$(mktemp -d "${TMPDIR:-/tmp}/hwt-jobs-nginx.XXXXXX") || give_up "mktemp -d failed"
-mkdir -p "$prefix/logs" "$prefix/conf" "$prefix/tmp" "$prefix/redis" "$prefix/lib/hwt" "$prefix/lib54/hwt"
-
-build() {  # build OUT CFLAGS
-  # shellcheck disable=SC2086  # $2 is a list of flags
-  (cd "$ROOT/src" && "$CC" -std=c11 -O2 -fPIC -shared -pthread $2 -o "$1" wheel.c engine.c lhwt.c) \
-    >>"$prefix/build.log" 2>&1
-}
-if build "$prefix/lib/hwt/core.so" "$lj_cflags" && build "$prefix/lib54/hwt/core.so" "$l54_cflags"; then
+make_prefix hwt-jobs-nginx redis lib54/hwt
+if build_core "$prefix/lib/hwt/core.so" "$lj_cflags" && build_core "$prefix/lib54/hwt/core.so" "$l54_cflags"; then
   pass "hwt.core builds for LuaJIT and Lua 5.4"
 else
   sed 's/^/    /' "$prefix/build.log" | head -n 20
@@ -169,87 +95,27 @@ else
 fi
 
 # ---- ports, redis-server, nginx ------------------------------------------------
-port_in_use() {
-  hex=$(printf '%04X' "$1")
-  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-    awk -v p=":$hex" 'substr($2, length($2) - 4) == p { found = 1 } END { exit !found }'
-}
+redis_answers() { [ "$(timeout 2 redis-cli -p "$redis_port" ping 2>/dev/null)" = PONG ]; }
 
-pick_port() {  # pick_port [AVOID]
-  n=0
-  while [ "$n" -lt 50 ]; do
-    r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
-    p=$((20000 + r % 30000))
-    if [ "$p" != "${1:-}" ] && ! port_in_use "$p"; then echo "$p"; return 0; fi
-    n=$((n + 1))
-  done
-  return 1
-}
-
-start_redis() {  # -> 0 when it answers PING on $redis_port
+redis_up() {  # -> 0 when it answers PING on a new $redis_port
+  redis_port=$(pick_port) || return 1
   redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$prefix/redis" --logfile "$prefix/logs/redis.log" </dev/null >/dev/null 2>&1 &
   redis_pid=$!
-  i=0
-  while [ "$i" -lt 50 ]; do
-    alive "$redis_pid" || { wait "$redis_pid" 2>/dev/null; redis_pid=""; return 1; }
-    [ "$(timeout 2 redis-cli -p "$redis_port" ping 2>/dev/null)" = PONG ] && return 0
-    nap 0.1
-    i=$((i + 1))
-  done
+  await_up "$redis_pid" redis_answers
+  case $? in 0) return 0 ;; 2) redis_pid="" ;; esac
   return 1
 }
 
-if [ "$(id -u)" = 0 ]; then user_line="user root $(id -gn);"; else user_line=""; fi
-
-write_conf() {
-  sed -e "s|@PREFIX@|$prefix|g" -e "s|@PORT@|$port|g" -e "s|@REDIS_PORT@|$redis_port|g" \
-      -e "s|@LUA_DIR@|$ROOT/lua|g" -e "s|@TEST_DIR@|$HERE|g" -e "s|@CPATH_DIR@|$prefix/lib|g" \
-      -e "s|@USER@|$user_line|g" -e "s|@NDK_MODULE@|$NGX_NDK_MODULE|g" \
-      -e "s|@LUA_MODULE@|$NGX_LUA_MODULE|g" "$HERE/nginx.conf" >"$prefix/conf/nginx.conf"
-  for d in proxy_temp_path fastcgi_temp_path uwsgi_temp_path scgi_temp_path; do
-    grep -qa "$d" "$NGINX" || sed -i "/^[[:space:]]*$d /d" "$prefix/conf/nginx.conf"
-  done
+nginx_up() {  # -> 0 when it answers on a new $port
+  port=$(pick_port "$redis_port") || return 1
+  write_conf "$HERE/nginx.conf" -e "s|@REDIS_PORT@|$redis_port|g" -e "s|@TEST_DIR@|$HERE|g"
+  start_nginx /ping pong
 }
 
-start_nginx() {  # -> 0 when it answers on $port
-  "$NGINX" -p "$prefix/" -c "$prefix/conf/nginx.conf" -e "$prefix/logs/error.log" \
-    >"$prefix/logs/stdout.log" 2>&1 </dev/null &
-  ngx_pid=$!
-  i=0
-  while [ "$i" -lt 50 ]; do
-    alive "$ngx_pid" || { wait "$ngx_pid" 2>/dev/null; ngx_pid=""; return 1; }
-    [ "$(curl -s --max-time 1 "http://127.0.0.1:$port/ping")" = pong ] && return 0
-    nap 0.1
-    i=$((i + 1))
-  done
-  return 1
-}
-
-# start_server NAME LOG: up to 3 tries, a new port after losing a race for one.
-start_server() {
-  tries=0
-  while [ "$tries" -lt 3 ]; do
-    tries=$((tries + 1))
-    if [ "$1" = redis ]; then
-      redis_port=$(pick_port) || return 1
-      start_redis && return 0
-      stop_redis
-    else
-      port=$(pick_port "$redis_port") || return 1
-      write_conf
-      start_nginx && return 0
-      stop_nginx
-    fi
-    grep -q 'Address already in use' "$2" 2>/dev/null || break
-  done
-  sed 's/^/    /' "$2" 2>/dev/null | tail -n 20
-  return 1
-}
-
-start_server redis "$prefix/logs/redis.log" || give_up "redis-server does not start"
+start_retrying redis_up stop_redis "$prefix/logs/redis.log" || give_up "redis-server does not start"
 pass "redis-server answers on 127.0.0.1:$redis_port (pid $redis_pid)"
-start_server nginx "$prefix/logs/error.log" || give_up "nginx does not start"
+start_retrying nginx_up stop_nginx "$prefix/logs/error.log" || give_up "nginx does not start"
 pass "nginx answers on 127.0.0.1:$port (pid $ngx_pid, 2 workers)"
 
 # ---- 1 and 3b: Lua 5.4 schedules, nginx runs --------------------------------
@@ -275,7 +141,7 @@ verified "Lua 5.4 ran them, not the 5 cancelled over HTTP" to_plain \
   "ran 100 of 100 once, missing 0, duplicates 0, cancelled 5 (ran 0), unexpected 0, early 0, left due 0 claims 0 dead 0" 3
 
 # ---- 4: nginx's log, after a graceful stop --------------------------------------
-stop_nginx
+stop_nginx QUIT
 bad=$(grep -E '\[(error|crit|alert|emerg)\]' "$prefix/logs/error.log")
 if [ -z "$bad" ]; then
   pass "nginx error.log has no error/crit/alert/emerg lines"
@@ -284,6 +150,4 @@ else
   echo "$bad" | head -n 10 | sed 's/^/    /'
 fi
 
-echo "($(($(date +%s) - started)) s)"
-summary
-[ "$failed" -eq 0 ]
+finish

@@ -281,14 +281,16 @@ function M.churn_report()
   ngx.say(("done %d of %d"):format(churn.done, churn.scheduled))
 end
 
--- GET /memory -> "rss_kb R lua_kb L" of this worker, after a full collection
+-- GET /memory -> "rss_kb R peak_kb P lua_kb L" of this worker, after a full
+-- collection (peak: the most RSS it ever had, VmHWM)
 function M.memory()
   collectgarbage()
   collectgarbage()
   local status = io.open("/proc/self/status")
-  local rss = status and status:read("*a"):match("VmRSS:%s*(%d+)")
+  local text = status and status:read("*a") or ""
   if status then status:close() end
-  ngx.say(("rss_kb %s lua_kb %d"):format(tostring(rss), math.floor(collectgarbage("count"))))
+  ngx.say(("rss_kb %s peak_kb %s lua_kb %d"):format(tostring(text:match("VmRSS:%s*(%d+)")),
+    tostring(text:match("VmHWM:%s*(%d+)")), math.floor(collectgarbage("count"))))
 end
 
 -- ---- a driver with few slots -----------------------------------------------
