@@ -114,6 +114,8 @@ describe("hwt.jobs", function()
       expect_error("JSON round trip", q.schedule, q, "a", 1, { 2 ^ 53 + 1 })
       expect_error("JSON round trip", q.schedule, q, "a", 1, { 1, nil, 3 })
       expect_error("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
+      local _, where = pcall(function() q:schedule("a", -1) end)
+      assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #2", where)   -- the caller's line
       expect_error("bad argument #1 to 'cancel' (job id expected, got table)", q.cancel, q, {})
       expect_error("bad argument #2 to 'handle' (function expected, got string)", q.handle, q, "a", "f")
       expect_error("no handlers", q.start, q)

@@ -373,6 +373,30 @@ local function check_queue(q, fname)
   end
 end
 
+-- The checks of the queue's arguments, each called by the method itself,
+-- so that the error points at the method's caller.
+local function name_arg(name, fname)
+  if type(name) ~= "string" or name == "" then
+    checks.arg_error(fname, 1, "non-empty string expected, got "
+      .. (name == "" and "an empty one" or checks.type_name(name)))
+  end
+end
+
+local function seconds_arg(value, fname, n)
+  local seconds = tonumber(value)
+  if type(value) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
+    checks.arg_error(fname, n, "finite number of seconds >= 0 expected, got " .. tostring(value))
+  end
+  return seconds
+end
+
+local function id_arg(id, fname)
+  if type(id) ~= "string" and type(id) ~= "number" then
+    checks.arg_error(fname, 1, "job id expected, got " .. checks.type_name(id))
+  end
+  return tostring(id)
+end
+
 local function report(q, err, job)
   if q.on_error then
     q.on_error(err, job)
@@ -383,11 +407,9 @@ end
 
 function Queue:handle(name, handler)
   check_queue(self, "handle")
-  if type(name) ~= "string" or name == "" then
-    checks.arg_error("handle", 1, "non-empty string expected, got " .. type(name))
-  end
+  name_arg(name, "handle")
   if handler ~= nil and not checks.is_callable(handler) then
-    checks.arg_error("handle", 2, "function expected, got " .. checks.type_name(handler))
+    error("bad argument #2 to 'handle' (function expected, got " .. checks.type_name(handler) .. ")", 2)
   end
   self.handlers[name] = handler
   return self
@@ -399,16 +421,11 @@ local arm
 -- be reached or refused: then nothing was written.
 function Queue:schedule(name, delay, payload)
   check_queue(self, "schedule")
-  if type(name) ~= "string" or name == "" then
-    checks.arg_error("schedule", 1, "non-empty string expected, got " .. type(name))
-  end
-  local seconds = tonumber(delay)
-  if type(delay) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
-    checks.arg_error("schedule", 2, "finite number of seconds >= 0 expected, got " .. tostring(delay))
-  end
+  name_arg(name, "schedule")
+  local seconds = seconds_arg(delay, "schedule", 2)
   local json, why = encode(self.codec, name, payload)
   if not json then
-    checks.arg_error("schedule", 3, "JSON-encodable payload expected: " .. why)
+    error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
   local id, err = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
   if not id then return nil, err end
@@ -417,19 +434,12 @@ function Queue:schedule(name, delay, payload)
   return tostring(id)
 end
 
-local function check_id(id, fname)
-  if type(id) ~= "string" and type(id) ~= "number" then
-    checks.arg_error(fname, 1, "job id expected, got " .. type(id))
-  end
-  return tostring(id)
-end
-
 -- true if the job will never run, on any worker; false if it is running,
 -- already ran, was cancelled or dead-lettered; nil and a message when Redis
 -- could not be reached.
 function Queue:cancel(id)
   check_queue(self, "cancel")
-  local removed, err = eval(self, CANCEL, self.keys.cancel, check_id(id, "cancel"))
+  local removed, err = eval(self, CANCEL, self.keys.cancel, id_arg(id, "cancel"))
   if removed == nil then return nil, err end
   return removed == 1
 end
@@ -440,7 +450,7 @@ function Queue:dead(limit)
   check_queue(self, "dead")
   limit = limit == nil and 100 or tonumber(limit)
   if not limit or limit < 1 or limit % 1 ~= 0 then
-    checks.arg_error("dead", 1, "positive integer expected")
+    error("bad argument #1 to 'dead' (positive integer expected)", 2)
   end
   local rows, err = eval(self, DEAD_LIST, self.keys.dead, limit)
   if not rows then return nil, err end
@@ -457,11 +467,8 @@ end
 -- attempts counted from zero again. true if it was dead.
 function Queue:requeue(id, delay)
   check_queue(self, "requeue")
-  id = check_id(id, "requeue")
-  local seconds = delay == nil and 0 or tonumber(delay)
-  if not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
-    checks.arg_error("requeue", 2, "finite number of seconds >= 0 expected")
-  end
+  id = id_arg(id, "requeue")
+  local seconds = delay == nil and 0 or seconds_arg(delay, "requeue", 2)
   local moved, err = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
   if moved == nil then return nil, err end
   return moved == 1
