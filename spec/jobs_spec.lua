@@ -275,6 +275,32 @@ describe("hwt.jobs", function()
       assert.equals(1, runs[2].attempt)             -- a give-back is not an attempt
       timer:stop()
     end)
+
+    it("reports both a handler's error and the Redis outage its outcome met", function()
+      local own = redis_server.start({ durable = true })
+      local seen = {}
+      local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = tostring(err) end })
+      local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 1, delay = 0.01 },
+        connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = own.port, timeout = 1 }) end })
+      local calls = 0
+      q:handle("j", function()
+        calls = calls + 1
+        if calls == 1 then
+          own:stop("TERM")
+          error("handler failed", 0)
+        end
+      end)
+      assert(q:start())
+      assert(q:schedule("j", 0))
+      run_until(timer, function() return #seen >= 2 end)
+      local joined = table.concat(seen, "\n")
+      assert.matches("handler failed", joined)
+      assert.matches("redis", joined)
+      own:start()
+      run_until(timer, function() return calls == 2 and settled(q) end)
+      timer:stop()
+      own:destroy()
+    end)
   end)
 
   describe("cancel", function()

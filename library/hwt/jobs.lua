@@ -28,7 +28,7 @@ local M = {}
 ---@field concurrency? integer
 ---Retries of a failed job, with `hwt.retry`'s backoff (default `{retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0}`); then the dead-letter set.
 ---@field retry? hwt.jobs.RetryOptions
----Called with each error: a handler's failure (with its job), the first Redis failure of an outage (job nil). Without it the error is raised in the task, so it reaches the timer's `on_error`.
+---Called with each error: a handler's failure (with its job), the first Redis failure of an outage (job nil). Without it each error is raised by a task of its own, so it reaches the timer's `on_error`; so does an error `on_error` raises.
 ---@field on_error? fun(err: any, job: hwt.jobs.Job|nil)
 
 ---The `retry` option of `jobs.redis`: `hwt.retry`'s backoff fields (no callbacks, no `random`).
