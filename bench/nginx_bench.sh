@@ -22,14 +22,17 @@
 #    request (what ngx.timer.at counts from; see hwt_nginx_bench.lua).
 #
 # The Lua side is bench/nginx/hwt_nginx_bench.lua, the configuration
-# bench/nginx/nginx.conf. hwt/core.so is built for LuaJIT into a mktemp -d
-# prefix, as test/nginx_test.sh does. Listens on 127.0.0.1 only; every nginx
-# it starts is stopped on exit (SIGQUIT, then SIGKILL after 5 s); the whole
-# run is bounded (about 20 s; no new step after BUDGET seconds).
+# bench/nginx/nginx.conf. The shell side shares test/nginx_lib.sh with
+# test/nginx_test.sh: finding nginx, its Lua module and LuaJIT, building
+# hwt/core.so for LuaJIT into a mktemp -d prefix, ports, starting and stopping
+# nginx. Listens on 127.0.0.1 only; every nginx it starts is stopped on exit
+# (SIGQUIT, then SIGKILL after 5 s); the whole run is bounded (about 20 s; no
+# new step after BUDGET seconds).
 # Prints two Markdown tables. Exits non-zero when something could not be run.
 #
-# Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, IDLE_SECONDS (5),
-# N (10000), HWT_KEEP=1 (keep the scratch prefix).
+# Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, HWT_SRC (the C
+# sources, default src/), IDLE_SECONDS (5), N (10000), HWT_KEEP=1 (keep the
+# scratch prefix), TMPDIR.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench/nginx
@@ -37,55 +40,33 @@ IDLE_SECONDS=${IDLE_SECONDS:-5}
 N=${N:-10000}
 SPREAD=2
 OFFSET=0.1
+LABEL=nginx_bench
 BUDGET=50
-started=$(date +%s)
+# shellcheck source=test/nginx_lib.sh
+. "$ROOT/test/nginx_lib.sh"
 base=""
+mode=""
 instances=""    # modes started and not yet stopped
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "nginx_bench: $*"; exit 1; }
-# A sleep the traps can interrupt: dash runs a trap only once the foreground
-# command ends, but at once during the wait builtin.
-nap_pid=""
-nap() {
-  sleep "$1" 2>/dev/null &
-  nap_pid=$!
-  wait "$nap_pid"
-  nap_pid=""
-}
+# The lib's find_* and make_prefix report a missing prerequisite through
+# give_up, which counts a failure for a test's summary: the benchmark has
+# none, so the reason goes to stderr and it exits 1.
+give_up() { die "$1"; }
 now() { date +%s.%N; }
-over_budget() { [ $(($(date +%s) - started)) -ge "$BUDGET" ]; }
 
-alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  if [ -r "/proc/$1/stat" ]; then
-    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
-    [ "$state" != Z ] || return 1
-  fi
-  return 0
-}
-
-# get MODE PATH -> body
-get() {
-  over_budget && { say "over the ${BUDGET}s budget: $2 not requested"; return 1; }
-  curl -sS --fail --max-time 5 "http://127.0.0.1:$(cat "$base/$1/port")$2"
-}
+# get_from MODE PATH -> body: the lib's get, on MODE's port.
+get_from() { port=$(cat "$base/$1/port"); get "$2"; }
 
 stop_instance() {  # stop_instance MODE
   d=$base/$1
   [ -s "$d/ngx_pid" ] || return 0
-  child=$(cat "$d/ngx_pid")
-  workers=$(ps -o pid= --ppid "$child" 2>/dev/null)
-  kill -QUIT "$child" 2>/dev/null
-  i=0
-  while alive "$child" && [ "$i" -lt 50 ]; do nap 0.1; i=$((i + 1)); done
-  if alive "$child"; then
+  stop "$(cat "$d/ngx_pid")" QUIT
+  if [ "$stopped" = no ]; then
     say "nginx_bench: $1 did not stop on SIGQUIT within 5 s: killed"
     echo killed >"$d/stop"
-    for w in $workers; do kill -KILL "$w" 2>/dev/null; done
-    kill -KILL "$child" 2>/dev/null
   fi
-  wait "$child" 2>/dev/null
   : >"$d/ngx_pid"
   instances=$(echo "$instances" | tr ' ' '\n' | grep -vx "$1" | tr '\n' ' ')
   # error.log lines at error level and above, kept for the summary.
@@ -94,116 +75,59 @@ stop_instance() {  # stop_instance MODE
 
 # shellcheck disable=SC2317  # reached through the EXIT trap
 cleanup() {
-  [ -z "$nap_pid" ] || kill "$nap_pid" 2>/dev/null
-  nap_pid=""
+  stop_nginx QUIT    # the one start_instance was starting, if any
   for m in $instances; do stop_instance "$m"; done
-  if [ -n "$base" ] && [ -d "$base" ]; then
-    if [ "${HWT_KEEP:-0}" = 1 ]; then say "kept $base"; else rm -rf "$base"; fi
-  fi
+  [ -z "$base" ] || prefix=$base
+  remove_prefix
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
 
-# ---- nginx, its Lua module, LuaJIT's headers (as test/nginx_test.sh) -------
-NGINX=${NGINX:-$(command -v nginx 2>/dev/null)}
-[ -n "$NGINX" ] || for n in /usr/sbin/nginx /usr/local/sbin/nginx /usr/local/nginx/sbin/nginx \
-                            /usr/local/openresty/nginx/sbin/nginx; do
-  [ -x "$n" ] && { NGINX=$n; break; }
-done
-{ [ -n "$NGINX" ] && [ -x "$NGINX" ]; } || die "nginx not found (apt-get install nginx-light libnginx-mod-http-lua)"
+# ---- nginx, its Lua module, LuaJIT's headers (test/nginx_lib.sh) -----------
+find_nginx_lua
 command -v curl >/dev/null 2>&1 || die "curl not found"
-ngx_v=$("$NGINX" -V 2>&1)
-ngx_prefix=$(echo "$ngx_v" | tr ' ' '\n' | sed -n 's/^--prefix=//p')
+find_cc_luajit
 
-from_snippet() {  # from_snippet FILE NAME.so
-  [ -r "$1" ] || return 1
-  p=$(sed -n "s/^[[:space:]]*load_module[[:space:]]*\\([^;]*$2\\)[[:space:]]*;.*/\\1/p" "$1" | head -n 1)
-  [ -n "$p" ] || return 1
-  case $p in /*) ;; *) p=${ngx_prefix:-/usr/share/nginx}/$p ;; esac
-  [ -r "$p" ] && echo "$p"
-}
-find_module() {  # find_module NAME.so SNIPPET
-  from_snippet "/usr/share/nginx/modules-available/$2" "$1" && return 0
-  for d in /usr/lib/nginx/modules /usr/share/nginx/modules /usr/lib64/nginx/modules \
-           /usr/local/nginx/modules /etc/nginx/modules "${ngx_prefix:-/nonexistent}/modules"; do
-    [ -r "$d/$1" ] && { echo "$d/$1"; return 0; }
-  done
-  return 1
-}
-if echo "$ngx_v" | grep -q 'lua-nginx-module\|ngx_lua\|openresty'; then
-  load_lines=""
-else
-  NGX_LUA_MODULE=${NGX_LUA_MODULE:-$(find_module ngx_http_lua_module.so mod-http-lua.conf)}
-  NGX_NDK_MODULE=${NGX_NDK_MODULE:-$(find_module ndk_http_module.so mod-http-ndk.conf)}
-  [ -n "$NGX_LUA_MODULE" ] || die "ngx_http_lua_module.so not found (apt-get install libnginx-mod-http-lua)"
-  [ -n "$NGX_NDK_MODULE" ] || die "ndk_http_module.so not found (apt-get install libnginx-mod-http-ndk)"
-  load_lines=yes
-fi
-CC=${CC:-cc}
-command -v "$CC" >/dev/null 2>&1 || die "no C compiler ($CC)"
-lj_cflags=$(pkg-config --cflags luajit 2>/dev/null) || die "pkg-config luajit failed (apt-get install libluajit-5.1-dev pkg-config)"
-
-base=$(mktemp -d "${TMPDIR:-/tmp}/hwt-nginx-bench.XXXXXX") || die "mktemp -d failed"
-mkdir -p "$base/lib/hwt"
-# shellcheck disable=SC2086
-(cd "$ROOT/src" && "$CC" -std=c11 -O2 -fPIC -shared -pthread $lj_cflags \
-   -o "$base/lib/hwt/core.so" wheel.c engine.c lhwt.c -ldl) >"$base/build.log" 2>&1 ||
+make_prefix hwt-nginx-bench
+base=$prefix
+build_core "$base/lib/hwt/core.so" "$lj_cflags" -ldl ||
   { sed 's/^/    /' "$base/build.log" | head -n 20 >&2; die "hwt.core does not build against LuaJIT"; }
 
-if [ "$(id -u)" = 0 ]; then user_line="user root $(id -gn);"; else user_line="# not root"; fi
-
-port_in_use() {
-  hex=$(printf '%04X' "$1")
-  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-    awk -v p=":$hex" 'substr($2, length($2) - 4) == p { found = 1 } END { exit !found }'
+# Each mode's nginx has its own prefix, $base/MODE: the lib's $prefix while
+# start_instance sets it up and starts it, $base otherwise. hwt/core.so is
+# built once, into $base/lib: each MODE/lib links to it (write_conf points
+# lua_package_cpath at $prefix/lib).
+# shellcheck disable=SC2317  # instance_up and instance_down: run by start_retrying
+instance_up() {  # for start_retrying: a new port, the configuration, nginx
+  # shellcheck disable=SC2119  # no port to avoid
+  port=$(pick_port) || { say "no free port"; return 1; }
+  echo "$port" >"$prefix/port"
+  write_conf "$BENCH/nginx.conf" -e "s|@MODE@|$mode|g" -e "s|@BENCH_DIR@|$BENCH|g"
+  # This try's lines only: start_retrying looks for "Address already in use",
+  # and stop_instance keeps the error lines for the summary.
+  : >"$prefix/logs/error.log"
+  start_nginx /pid
+  up=$?
+  # From here on stop_instance, not stop_nginx, stops it.
+  echo "$ngx_pid" >"$prefix/ngx_pid"
+  ngx_pid=""
+  instances="$instances $mode"
+  return "$up"
 }
-pick_port() {
-  n=0
-  while [ "$n" -lt 50 ]; do
-    r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
-    p=$((20000 + r % 30000))
-    port_in_use "$p" || { echo "$p"; return 0; }
-    n=$((n + 1))
-  done
-  return 1
-}
+# shellcheck disable=SC2317
+instance_down() { stop_instance "$mode"; }
 
 start_instance() {  # start_instance MODE -> 0 once /pid answers
-  d=$base/$1
-  mkdir -p "$d/logs" "$d/conf" "$d/tmp"
-  tries=0
-  while [ "$tries" -lt 3 ]; do
-    tries=$((tries + 1))
-    port=$(pick_port) || { say "no free port"; return 1; }
-    echo "$port" >"$d/port"
-    sed -e "s|@PREFIX@|$d|g" -e "s|@PORT@|$port|g" -e "s|@MODE@|$1|g" \
-        -e "s|@LUA_DIR@|$ROOT/lua|g" -e "s|@BENCH_DIR@|$BENCH|g" \
-        -e "s|@CPATH_DIR@|$base/lib|g" -e "s|@USER@|$user_line|g" \
-        -e "s|@NDK_MODULE@|${NGX_NDK_MODULE:-}|g" -e "s|@LUA_MODULE@|${NGX_LUA_MODULE:-}|g" \
-        "$BENCH/nginx.conf" >"$d/conf/nginx.conf"
-    [ -n "$load_lines" ] || sed -i '/^load_module/d' "$d/conf/nginx.conf"
-    for t in proxy_temp_path fastcgi_temp_path uwsgi_temp_path scgi_temp_path; do
-      grep -qa "$t" "$NGINX" || sed -i "/^[[:space:]]*$t /d" "$d/conf/nginx.conf"
-    done
-    : >"$d/logs/error.log"
-    "$NGINX" -p "$d/" -c "$d/conf/nginx.conf" -e "$d/logs/error.log" \
-      >"$d/logs/stdout.log" 2>&1 </dev/null &
-    echo $! >"$d/ngx_pid"
-    instances="$instances $1"
-    i=0
-    while [ "$i" -lt 50 ]; do
-      alive "$(cat "$d/ngx_pid")" || break
-      curl -s --fail --max-time 1 -o /dev/null "http://127.0.0.1:$port/pid" && return 0
-      nap 0.1
-      i=$((i + 1))
-    done
-    stop_instance "$1"
-    grep -q 'Address already in use' "$d/logs/error.log" 2>/dev/null || break
-  done
+  mode=$1
+  prefix=$base/$1
+  mkdir -p "$prefix/logs" "$prefix/conf" "$prefix/tmp"
+  [ -e "$prefix/lib" ] || ln -s ../lib "$prefix/lib"
+  if start_retrying instance_up instance_down "$prefix/logs/error.log" >"$prefix/start.log"; then
+    prefix=$base
+    return 0
+  fi
   say "nginx_bench: $1 does not start:"
-  tail -n 20 "$d/logs/error.log" "$d/logs/stdout.log" 2>/dev/null | sed 's/^/    /' >&2
+  cat "$prefix/start.log" >&2
+  [ -s "$prefix/logs/stdout.log" ] && sed 's/^/    /' "$prefix/logs/stdout.log" | tail -n 20 >&2
+  prefix=$base
   return 1
 }
 
@@ -228,8 +152,8 @@ threads() { set -- /proc/"$1"/task/*; echo "$#"; }
 IDLE_MODES="idle_none idle_recipe idle_driver"
 for m in $IDLE_MODES; do start_instance "$m" || exit 1; done
 for m in $IDLE_MODES; do
-  get "$m" "/setup?n=1000&delay=3600" >"$base/$m/setup" || die "$m: /setup failed"
-  get "$m" /pid >"$base/$m/wpid" || die "$m: /pid failed"
+  get_from "$m" "/setup?n=1000&delay=3600" >"$base/$m/setup" || die "$m: /setup failed"
+  get_from "$m" /pid >"$base/$m/wpid" || die "$m: /pid failed"
 done
 nap 1    # let the requests' after-effects settle: no request from here on
 for m in $IDLE_MODES; do
@@ -245,7 +169,7 @@ for m in $IDLE_MODES; do
   threads "$w" >"$base/$m/threads"
 done
 for m in $IDLE_MODES; do
-  get "$m" /stats >"$base/$m/stats" 2>/dev/null || echo "no /stats" >"$base/$m/stats"
+  get_from "$m" /stats >"$base/$m/stats" 2>/dev/null || echo "no /stats" >"$base/$m/stats"
   stop_instance "$m"
 done
 rate() {  # rate MODE FILE0 FILE1 -> per second over the window
@@ -257,13 +181,13 @@ rate() {  # rate MODE FILE0 FILE1 -> per second over the window
 LATE_MODES="late_driver late_driver_tick1 late_timer_at"
 for m in $LATE_MODES; do
   start_instance "$m" || exit 1
-  get "$m" "/schedule?n=$N&spread=$SPREAD&offset=$OFFSET" >"$base/$m/schedule" ||
+  get_from "$m" "/schedule?n=$N&spread=$SPREAD&offset=$OFFSET" >"$base/$m/schedule" ||
     die "$m: /schedule failed"
   # Bounded wait: the last deadline is OFFSET + SPREAD s away; allow 8 s.
   nap 2
   i=0
   while :; do
-    r=$(get "$m" /results) || break
+    r=$(get_from "$m" /results) || break
     case $r in done*) break ;; esac
     [ "$i" -ge 30 ] && break
     nap 0.2

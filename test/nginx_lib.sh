@@ -1,17 +1,18 @@
 # shellcheck shell=sh
-# Helpers shared by the tests that start a private nginx with lua-nginx-module
-# (test/nginx_test.sh, test/jobs_nginx_test.sh). Sourced, not run:
+# Helpers shared by the scripts that start a private nginx with
+# lua-nginx-module (test/nginx_test.sh, test/jobs_nginx_test.sh,
+# bench/nginx_bench.sh). Sourced, not run:
 #   . "$ROOT/test/nginx_lib.sh"
 # The script sets before sourcing:
 #   ROOT    the repository's top directory
 #   LABEL   the prefix of the last line, "$LABEL: N passed, N failed"
 #   BUDGET  seconds after which get() sends no new request
-# and defines cleanup() (the EXIT trap installed here runs it; remove_prefix
-# and stop_nginx are its usual parts).
-# Sourcing sets passed=0, failed=0, started (now), prefix, port and ngx_pid
-# (empty); the functions below set NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE,
-# load_lines, CC, lj_cflags (find_*), prefix (make_prefix), ngx_pid
-# (start_nginx) and stopped (stop: yes, or no when it had to KILL).
+# and defines cleanup() (the EXIT trap installed here runs it, after ending a
+# nap still running; remove_prefix and stop_nginx are its usual parts).
+# Sourcing sets passed=0, failed=0, started (now), prefix, port, ngx_pid and
+# nap_pid (empty); the functions below set NGINX, NGX_LUA_MODULE,
+# NGX_NDK_MODULE, load_lines, CC, lj_cflags (find_*), prefix (make_prefix),
+# ngx_pid (start_nginx) and stopped (stop: yes, or no when it had to KILL).
 # Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, HWT_SRC (the C
 # sources, default src/), HWT_KEEP=1 (keep the scratch prefix), TMPDIR.
 
@@ -47,7 +48,18 @@ expect_eq() {  # expect_eq LABEL EXPECTED ACTUAL
 }
 
 # ---- processes --------------------------------------------------------------
-nap() { sleep "$1" 2>/dev/null || sleep 1; }   # fractional where sleep allows
+# nap SECONDS, fractional where sleep allows. A sleep the traps can interrupt:
+# dash runs a trap only once the foreground command ends, but at once during
+# the wait builtin. The sleep, asynchronous, ignores SIGINT: end_nap (run by
+# the EXIT trap) ends one still running.
+nap_pid=""
+nap() {
+  sleep "$1" 2>/dev/null &
+  nap_pid=$!
+  wait "$nap_pid" || { sleep 1 & nap_pid=$!; wait "$nap_pid"; }
+  nap_pid=""
+}
+end_nap() { [ -z "$nap_pid" ] || kill "$nap_pid" 2>/dev/null; nap_pid=""; }
 
 # alive PID: the process exists and is not a zombie waiting for us to reap it.
 alive() {
@@ -87,7 +99,7 @@ remove_prefix() {
   fi
 }
 
-trap cleanup EXIT
+trap 'end_nap; cleanup' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
@@ -164,13 +176,14 @@ make_prefix() {
   for d in logs conf tmp lib/hwt "$@"; do mkdir -p "$prefix/$d"; done
 }
 
-# build_core OUT CFLAGS: hwt.core from $HWT_SRC (default src/) against the
-# Lua whose headers CFLAGS name (for nginx: LuaJIT, the 5.1 ABI its Lua VM
-# uses); the compiler's output goes to $prefix/build.log.
+# build_core OUT CFLAGS [LIBS]: hwt.core from $HWT_SRC (default src/) against
+# the Lua whose headers CFLAGS name (for nginx: LuaJIT, the 5.1 ABI its Lua VM
+# uses), linked with LIBS (after the sources, where --as-needed keeps them);
+# the compiler's output goes to $prefix/build.log.
 build_core() {
-  # shellcheck disable=SC2086  # $2 is a list of flags
+  # shellcheck disable=SC2086  # $2 and $3 are lists of flags
   (cd "${HWT_SRC:-$ROOT/src}" && "$CC" -std=c11 -O2 -fPIC -shared -pthread $2 \
-     -o "$1" wheel.c engine.c lhwt.c) >>"$prefix/build.log" 2>&1
+     -o "$1" wheel.c engine.c lhwt.c ${3:-}) >>"$prefix/build.log" 2>&1
 }
 
 # ---- a free loopback port, the configuration, nginx ---------------------------
