@@ -100,6 +100,8 @@ describe("hwt.jobs", function()
       expect_error("bad option 'retry.random' to 'redis' (unknown field)", jobs.redis, with("retry", { random = math.random }))
       expect_error("bad option 'on_error' to 'redis' (function expected", jobs.redis, with("on_error", true))
       expect_error("bad option 'lesae' to 'redis' (unknown option)", jobs.redis, with("lesae", 30))
+      local _, where = pcall(function() jobs.redis(with("lease", -1)) end)
+      assert.matches("^spec/jobs_spec%.lua:%d+: bad option 'lease'", where)   -- the caller's line
       timer:stop()
     end)
 

@@ -263,8 +263,9 @@ end
 
 -- ---- options ------------------------------------------------------------
 
+-- Raised without a position: jobs.redis re-raises it at its caller's line.
 local function bad_option(key, message)
-  error(("bad option '%s' to 'redis' (%s)"):format(key, message), 4)
+  error(("bad option '%s' to 'redis' (%s)"):format(key, message), 0)
 end
 
 local function positive_number(opts, key)
@@ -284,7 +285,7 @@ local KNOWN_OPTIONS = {
 
 local function check_options(opts)
   if type(opts) ~= "table" then
-    checks.arg_error("redis", 1, "table expected, got " .. type(opts))
+    error("bad argument #1 to 'redis' (table expected, got " .. type(opts) .. ")", 0)
   end
   for key in pairs(opts) do
     if not KNOWN_OPTIONS[key] then bad_option(tostring(key), "unknown option") end
@@ -343,7 +344,8 @@ local function keys_of(key)
 end
 
 function M.redis(opts)
-  local o = check_options(opts)
+  local checked, o = pcall(check_options, opts)
+  if not checked then error(o, 2) end
   local cjson = require("cjson")
   local k = keys_of(opts.key)
   return setmetatable({
