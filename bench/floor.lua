@@ -43,22 +43,9 @@ local below = assert(load(jit and [[
   end
 ]], "=rng"))()
 
-local function presized(n, v)
-  local t = {}
-  for i = 1, n do t[i] = v end
-  return t
-end
-
-local function statm_rss_bytes()
-  local f = assert(io.open("/proc/self/statm"))
-  local _, rss = f:read("n", "n")
-  f:close()
-  return rss * 4096     -- page size: 4 KiB on x86-64/aarch64 Linux defaults
-end
-
-local function full_gc()
-  collectgarbage("collect"); collectgarbage("collect")
-end
+package.path = "bench/?.lua;" .. package.path
+local common = require("common")
+local presized, statm_rss_bytes, full_gc = common.presized, common.statm_rss_bytes, common.full_gc
 
 -- store[1..N] = a closure with one per-iteration upvalue (W0's body), or a
 -- userdata with a user value and a metatable (what a Timeout costs).

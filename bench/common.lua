@@ -1,0 +1,23 @@
+-- What the Lua benchmarks share: a presized array, the process's RSS, a full
+-- collection. Loaded from the repository's top directory:
+--   package.path = "bench/?.lua;" .. package.path
+local M = {}
+
+function M.presized(n, v)
+  local t = {}
+  for i = 1, n do t[i] = v end
+  return t
+end
+
+function M.statm_rss_bytes()
+  local f = assert(io.open("/proc/self/statm"))
+  local _, rss = f:read("n", "n")
+  f:close()
+  return rss * 4096     -- page size: 4 KiB on x86-64/aarch64 Linux defaults
+end
+
+function M.full_gc()
+  collectgarbage("collect"); collectgarbage("collect")
+end
+
+return M
