@@ -36,6 +36,18 @@ give_up() {
   exit 1
 }
 
+# expect_clean_log LABEL: $prefix/logs/error.log has no error, crit, alert,
+# emerg or panic line (the first ten are shown when it has).
+expect_clean_log() {
+  bad=$(grep -E '\[(error|crit|alert|emerg)\]|panic' "$prefix/logs/error.log" 2>/dev/null)
+  if [ -z "$bad" ]; then
+    pass "$1"
+  else
+    fail "$1:"
+    echo "$bad" | head -n 10 | sed 's/^/    /'
+  fi
+}
+
 # The script's last command: its time, the summary, non-zero on any failure.
 finish() {
   echo "($(($(date +%s) - started)) s)"

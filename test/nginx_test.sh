@@ -226,12 +226,6 @@ else
   fail "nginx starts again for the fast stop"
 fi
 
-bad=$(grep -E '\[(error|crit|alert|emerg)\]|panic' "$prefix/logs/error.log" 2>/dev/null)
-if [ -z "$bad" ]; then
-  pass "error.log has no error/crit/alert/emerg/panic lines"
-else
-  fail "error.log has no error/crit/alert/emerg/panic lines:"
-  echo "$bad" | head -n 10 | sed 's/^/    /'
-fi
+expect_clean_log "error.log has no error/crit/alert/emerg/panic lines"
 
 finish
