@@ -267,7 +267,7 @@ static void sort_by_deadline(wheel_list *list) {
 }
 
 static void signal_due_locked(timer_queue *q) {
-  if (!q->wake_fd_readable) {
+  if (q->wake_fd_watched && !q->wake_fd_readable) {
     static const uint64_t one = 1;
     ssize_t written = write(q->wake_write_fd, &one, sizeof one);
     (void)written;             /* EAGAIN: already readable, which is the aim */
@@ -279,7 +279,8 @@ static void signal_due_locked(timer_queue *q) {
 static void clear_due_signal_locked(timer_queue *q) {
   if (q->wake_fd_readable) {
     uint64_t drained;
-    while (read(q->wake_read_fd, &drained, sizeof drained) > 0) {}
+    while (read(q->wake_read_fd, &drained, sizeof drained) > 0 &&
+           q->wake_read_fd != q->wake_write_fd) {}      /* one read empties an eventfd */
     q->wake_fd_readable = false;
   }
 }
@@ -1002,7 +1003,16 @@ uint64_t tq_due_at(timeout *t) {
   return due_at_ns;
 }
 
-int tq_fd(const timer_queue *q) { return q->wake_read_fd; }
+int tq_fd(timer_queue *q) {
+  engine *eng = lock_engine(q);
+  if (!eng) return q->wake_read_fd;
+  if (!q->wake_fd_watched) {
+    q->wake_fd_watched = true;
+    if (q->due.head) signal_due_locked(q);
+  }
+  pthread_mutex_unlock(&eng->lock);
+  return q->wake_read_fd;
+}
 
 void tq_get_stats(timer_queue *q, tq_stats *out) {
   engine *eng = lock_engine(q);

@@ -98,6 +98,7 @@ struct timer_queue {
   wheel_list due;
   pthread_cond_t due_cond;
   int wake_read_fd, wake_write_fd;        /* one eventfd, or a pipe */
+  bool wake_fd_watched;                   /* tq_fd was called: keep it current */
   bool wake_fd_readable;
   bool stopped;
   uint64_t armed;                         /* its timeouts in the wheel or due */
@@ -219,7 +220,10 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
  * due. With ENGINE_NEVER (no limit) it returns false at once when none can
  * fall due: nothing pending but never-firing ones or a periodic that runs. */
 bool tq_wait(timer_queue *q, uint64_t timeout_ns);
-int tq_fd(const timer_queue *q);
+/* The fd that is readable while q has due timeouts. It is kept so only from
+ * the first call on: until someone watches it, arming and draining make no
+ * system calls for it. */
+int tq_fd(timer_queue *q);
 bool tq_is_stopped(timer_queue *q);
 void tq_get_stats(timer_queue *q, tq_stats *out);
 uint64_t tq_pending(timer_queue *q);

@@ -86,7 +86,8 @@ static void test_manual_cancel_due_and_stop(void) {
   CHECK(tq_schedule(&q, &c, 3000 * MS, 0) == TQ_OK);
   CHECK(tq_schedule(&q, &never, ENGINE_NEVER, 0) == TQ_OK);
   engine_advance_manual(eng, 5 * MS);
-  CHECK(fd_readable(tq_fd(&q)));
+  CHECK(!q.wake_fd_readable);               /* nobody watches the fd: no write */
+  CHECK(fd_readable(tq_fd(&q)));                           /* watched: now readable */
   CHECK(tq_cancel(&a));                                    /* due, unpolled */
   CHECK(!tq_cancel(&a));
   timeout *out[4];
