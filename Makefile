@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-contract bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas rock rock-install
 
 all: $(MODULE)
@@ -201,6 +201,11 @@ bench-reset: deps all
 bench-floor: bench-deps
 	@sh bench/floor.sh
 
+# hwt against the contract's floor: W1-W3s with and without a timer behind
+# the API's Lua-side work, Lua 5.4 and LuaJIT, interleaved (bench/RESULTS.md).
+bench-contract: bench-deps
+	@sh bench/contract.sh
+
 # hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/RESULTS.md).
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
@@ -227,6 +232,7 @@ help:
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make bench-reset  idle timeouts re-armed per event: reset() vs cancel + new and luv again()"
 	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
+	@echo "make bench-contract  hwt against the contract's floor (the API's Lua-side work alone)"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
 	@echo "make bench-jobs  hwt.jobs on Redis vs a ZRANGEBYSCORE polling loop"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

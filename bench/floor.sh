@@ -3,6 +3,7 @@
 # build/floor/<vm>/, runs bench/floor.lua on both and prints a Markdown table
 # (one row per measure). Depends on nothing of hwt's own code.
 #   sh bench/floor.sh        (from the project root; env N overrides 10^6)
+#   sh bench/floor.sh build  (only builds floor_mod, for bench/contract.sh)
 # Compile lines go to stderr, the table to stdout; each VM's RESULT lines are
 # kept in build/floor/<vm>/results.txt.
 set -eu
@@ -18,6 +19,10 @@ for vm in lua5.4 luajit; do
   cmd="${CC:-cc} $FLAGS -I$inc -o $OUT/$vm/floor_mod.so bench/floor_mod.c"
   echo "+ $cmd" >&2
   $cmd
+done
+[ "${1:-}" = build ] && exit 0
+
+for vm in lua5.4 luajit; do
   echo "+ running bench/floor.lua on $vm" >&2
   LUA_CPATH="$OUT/$vm/?.so;;" "$vm" bench/floor.lua > "$OUT/$vm/results.txt"
 done

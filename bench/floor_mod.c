@@ -1,7 +1,9 @@
 /* floor_mod: the bare building blocks a Lua timer library pays for (a C call,
  * a userdata with a user value and a metatable, a registry-style reference,
- * a cache miss, a cancel's lock and anchor), measured by bench/floor.lua. Builds against Lua 5.4 and
- * LuaJIT 2.1 (5.1 API); see bench/floor.sh. */
+ * a cache miss, a cancel's lock and anchor), measured by bench/floor.lua,
+ * and the contract's floor: a timer binding without its timer, run as
+ * bench/lua_bench.lua's `contract` peer (bench/contract.sh). Builds against
+ * Lua 5.4 and LuaJIT 2.1 (5.1 API); see bench/floor.sh. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <string.h>
@@ -92,6 +94,111 @@ static int release(lua_State *L) {
   return 0;
 }
 
+/* ---- the contract's floor: a timer that does everything the API asks of
+ * a binding (a Timeout userdata that keeps its timer, task and argument, a
+ * class check, anchored while armed) and nothing of a timer's own (no clock,
+ * no lock-protected wheel). */
+
+/* The timer userdata: a stack of free anchor slots, room for `capacity`.
+ * Its user value (5.1: environment) is the anchor table. */
+typedef struct floor_timer {
+  int free_count, used, capacity;
+  int free[];
+} floor_timer;
+
+#if LUA_VERSION_NUM >= 504
+#define new_ud(L, size, nuv) lua_newuserdatauv(L, size, nuv)
+#define set_uv(L, idx, n) lua_setiuservalue(L, idx, n)
+#define get_uv(L, idx, n) lua_getiuservalue(L, idx, n)
+#else
+/* 5.1 API: a userdata's values live in its environment table. */
+static void *new_ud(lua_State *L, size_t size, int nuv) {
+  void *p = lua_newuserdata(L, size);
+  lua_createtable(L, nuv, 0);
+  lua_setfenv(L, -2);
+  return p;
+}
+static void set_uv(lua_State *L, int idx, int n) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_getfenv(L, idx);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, n);
+  lua_pop(L, 1);
+}
+static void get_uv(lua_State *L, int idx, int n) {
+  lua_getfenv(L, idx);
+  lua_rawgeti(L, -1, n);
+  lua_remove(L, -2);
+}
+#endif
+
+static void *check_floor_class(lua_State *L, int idx) {
+  void *p = lua_touserdata(L, idx);
+  if (p == NULL || !lua_getmetatable(L, idx) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_argerror(L, idx, "floor_mod object expected");
+  lua_pop(L, 1);
+  return p;
+}
+
+/* newtimer(capacity) */
+static int newtimer(lua_State *L) {
+  int capacity = (int)luaL_checkinteger(L, 1);
+  floor_timer *tm = new_ud(L, sizeof *tm + (size_t)capacity * sizeof tm->free[0], 1);
+  tm->free_count = tm->used = 0;
+  tm->capacity = capacity;
+  lua_newtable(L);
+  set_uv(L, -2, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+/* timer:arm(delay, task [, arg]) -> a userdata holding timer, task and arg
+ * (if given), anchored at a slot it records (as setslot does). */
+static int arm(lua_State *L) {
+  floor_timer *tm = check_floor_class(L, 1);
+  luaL_checknumber(L, 2);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  int nargs = lua_gettop(L) > 4 ? 1 : lua_gettop(L) - 3;
+  lua_settop(L, 4);
+  unsigned char *p = new_ud(L, UD_SIZE, 2 + nargs);
+  memset(p, 0, UD_SIZE);
+  lua_pushvalue(L, 1);
+  set_uv(L, 5, 1);
+  for (int i = 0; i <= nargs; i++) {
+    lua_pushvalue(L, 3 + i);
+    set_uv(L, 5, 2 + i);
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_setmetatable(L, 5);
+  if (tm->free_count == 0 && tm->used == tm->capacity) return luaL_error(L, "capacity");
+  int slot = tm->free_count ? tm->free[--tm->free_count] : ++tm->used;
+  memcpy(p + sizeof slot, &slot, sizeof slot);
+  get_uv(L, 1, 1);
+  lua_pushvalue(L, 5);
+  lua_rawseti(L, -2, slot);
+  lua_pushvalue(L, 5);
+  return 1;
+}
+
+/* ud:disarm(): release's lock and change, then its slot cleared in its
+ * timer's anchor table and given back. */
+static int disarm(lua_State *L) {
+  unsigned char *p = check_floor_class(L, 1);
+  int slot;
+  pthread_mutex_lock(&release_lock);
+  p[0] ^= 1;
+  memcpy(&slot, p + sizeof slot, sizeof slot);
+  pthread_mutex_unlock(&release_lock);
+  get_uv(L, 1, 1);
+  floor_timer *tm = lua_touserdata(L, -1);
+  get_uv(L, -1, 1);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, slot);
+  tm->free[tm->free_count++] = slot;
+  return 0;
+}
+
 static int now(lua_State *L) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -102,7 +209,7 @@ static int now(lua_State *L) {
 static const luaL_Reg funcs[] = {
   {"noop", noop},   {"noop2", noop2}, {"newud", newud}, {"ref", ref},
   {"unref", unref}, {"touch", touch}, {"now", now},     {"setslot", setslot},
-  {NULL, NULL}
+  {"newtimer", newtimer}, {NULL, NULL}
 };
 
 int luaopen_floor_mod(lua_State *L) {
@@ -112,6 +219,12 @@ int luaopen_floor_mod(lua_State *L) {
   lua_setfield(L, -2, "noop");
   lua_pushcfunction(L, release);
   lua_setfield(L, -2, "release");
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, arm, 1);
+  lua_setfield(L, -2, "arm");
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, disarm, 1);
+  lua_setfield(L, -2, "disarm");
   lua_pushvalue(L, -1);
   lua_setfield(L, -2, "__index");
   lua_createtable(L, 0, 7);

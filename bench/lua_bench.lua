@@ -1,7 +1,8 @@
 -- Side-by-side timer benchmark: one (peer, workload) per process.
 --   lua5.4 bench/lua_bench.lua <peer> <workload> <N> [seconds]
 --   luajit bench/lua_bench.lua <peer> <workload> <N> [seconds]
--- peer: hwt | luv | heap | lua (lua = reference rows only: W0 closure floor)
+-- peer: hwt | luv | heap | contract | lua (lua = reference rows only: W0
+-- closure floor; contract = the API's floor, see peers.contract)
 -- workload: W0 W1 W1s W2 W3 W3s W4 W5 W6 (see bench/run.sh; W6 takes its N as
 -- given, run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
 --
@@ -274,6 +275,20 @@ peers.heap = {
       end
     end
   end,
+}
+
+-- The contract's floor (bench/floor_mod.c, built by bench/floor.sh): what
+-- the API makes any binding do per timeout (a Timeout userdata holding its
+-- timer, task and argument, a class check, an anchor while armed) with no
+-- timer behind it. W1, W1s, W2, W3 and W3s only (bench/contract.sh).
+peers.contract = {
+  new = function()
+    return { timer = require("floor_mod").newtimer(N) }
+  end,
+  schedule = function(ctx, delay, fn) return ctx.timer:arm(delay, fn) end,
+  cancel = function(_, h) h:disarm() end,
+  schedule_arg = function(ctx, delay, fn, a) return ctx.timer:arm(delay, fn, a) end,
+  cancel_arg = function(_, h) h:disarm() end,
 }
 
 local P = peers[peer]

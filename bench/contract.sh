@@ -1,0 +1,54 @@
+#!/bin/sh
+# hwt against the contract's floor (issue 13): bench/lua_bench.lua's W1, W1s,
+# W2, W3 and W3s run by hwt and by the `contract` peer (bench/floor_mod.c: the
+# Lua-side work the API asks of any binding, with no timer behind it), on Lua
+# 5.4 and LuaJIT, interleaved, one process per run, ROUNDS rounds (default 3);
+# prints the medians and hwt's cost over the floor in ns per operation.
+#   sh bench/contract.sh     (from the project root; env N overrides 10^6)
+set -eu
+cd "$(dirname "$0")/.."
+N=${N:-1000000}
+ROUNDS=${ROUNDS:-3}
+OUT=build/contract
+mkdir -p "$OUT"
+make -s all >&2
+make -s LUA=luajit all >&2
+sh bench/floor.sh build 2>/dev/null
+: > "$OUT/results.txt"
+for round in $(seq "$ROUNDS"); do
+  for w in W1 W1s W2 W3 W3s; do
+    for vm in lua5.4 luajit; do
+      for peer in hwt contract; do
+        LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$vm/?.so;build/floor/$vm/?.so;;" \
+          "$vm" bench/lua_bench.lua "$peer" "$w" "$N" |
+          sed -n "s/^RESULT $peer $w \([a-z_]*\) \(.*\)/$vm $peer $w \1 \2/p" >> "$OUT/results.txt"
+      done
+    done
+  done
+done
+echo "Command: \`sh bench/contract.sh\` (N=$N, median of $ROUNDS interleaved rounds);" \
+  "$(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD);" \
+  "$(nproc) CPUs, $(lscpu | sed -n 's/^Model name:[[:space:]]*//p')."
+echo
+echo "| workload | VM | hwt ops/s | floor ops/s | hwt ns/op | floor ns/op | hwt over the floor, ns | hwt bytes | floor bytes |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
+awk '
+  function median(key,   n, i, j, t, a) {
+    n = split(samples[key], a, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    return a[int((n + 1) / 2)]
+  }
+  { key = $1 SUBSEP $2 SUBSEP $3 SUBSEP $4; samples[key] = samples[key] " " $5
+    if (!(($3) in seen)) { seen[$3] = 1; order[++nw] = $3 } }
+  END {
+    split("lua5.4 luajit", vms, " ")
+    for (i = 1; i <= nw; i++) for (v = 1; v <= 2; v++) {
+      w = order[i]; vm = vms[v]
+      h = median(vm SUBSEP "hwt" SUBSEP w SUBSEP "ops_per_s")
+      f = median(vm SUBSEP "contract" SUBSEP w SUBSEP "ops_per_s")
+      hb = median(vm SUBSEP "hwt" SUBSEP w SUBSEP "bytes_per_timeout")
+      fb = median(vm SUBSEP "contract" SUBSEP w SUBSEP "bytes_per_timeout")
+      printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", w, vm, h, f, 1e9 / h, 1e9 / f,
+        1e9 / h - 1e9 / f, hb == "" ? "-" : sprintf("%.1f", hb), fb == "" ? "-" : sprintf("%.1f", fb)
+    }
+  }' "$OUT/results.txt"
