@@ -3,7 +3,9 @@
 # W2, W3 and W3s run by hwt and by the `contract` peer (bench/floor_mod.c: the
 # Lua-side work the API asks of any binding, with no timer behind it), on Lua
 # 5.4 and LuaJIT, interleaved, one process per run, ROUNDS rounds (default 3);
-# prints the medians and hwt's cost over the floor in ns per operation.
+# prints the medians and hwt's cost over the floor in ns per operation, then
+# issue 13's targets against luv and the Lua heap (run beside them, on Lua
+# 5.4) next to what the floor itself reaches.
 #   sh bench/contract.sh     (from the project root; env N overrides 10^6)
 set -eu
 cd "$(dirname "$0")/.."
@@ -18,7 +20,9 @@ sh bench/floor.sh build 2>/dev/null
 for round in $(seq "$ROUNDS"); do
   for w in W1 W1s W2 W3 W3s; do
     for vm in lua5.4 luajit; do
-      for peer in hwt contract; do
+      peers="hwt contract"
+      [ "$vm" = lua5.4 ] && peers="$peers luv heap"   # the targets' peers
+      for peer in $peers; do
         LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$vm/?.so;build/floor/$vm/?.so;;" \
           "$vm" bench/lua_bench.lua "$peer" "$w" "$N" |
           sed -n "s/^RESULT $peer $w \([a-z_]*\) \(.*\)/$vm $peer $w \1 \2/p" >> "$OUT/results.txt"
@@ -50,5 +54,16 @@ awk '
       fb = median(vm SUBSEP "contract" SUBSEP w SUBSEP "bytes_per_timeout")
       printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", w, vm, h, f, 1e9 / h, 1e9 / f,
         1e9 / h - 1e9 / f, hb == "" ? "-" : sprintf("%.1f", hb), fb == "" ? "-" : sprintf("%.1f", fb)
+    }
+    print ""
+    print "| target (Lua 5.4) | hwt | the contract floor |"
+    print "|---|--:|--:|"
+    ntargets = split("W1 luv 3|W2 luv 4|W3 luv 4|W3 heap 2", targets, "|")
+    for (i = 1; i <= ntargets; i++) {
+      split(targets[i], t, " ")
+      p = median("lua5.4" SUBSEP t[2] SUBSEP t[1] SUBSEP "ops_per_s")
+      h = median("lua5.4" SUBSEP "hwt" SUBSEP t[1] SUBSEP "ops_per_s")
+      f = median("lua5.4" SUBSEP "contract" SUBSEP t[1] SUBSEP "ops_per_s")
+      printf "| %s: hwt / %s >= %s | %.2fx | %.2fx |\n", t[1], t[2], t[3], h / p, f / p
     }
   }' "$OUT/results.txt"
