@@ -39,6 +39,8 @@ struct engine {
   uint64_t manual_now_ns;
   uint64_t next_seq;
   uint64_t worker_wake_ns;      /* when the worker means to wake next */
+  unsigned watched_queues;      /* running queues whose fd is watched: the
+                                   worker drives the wheel only for them */
   uint64_t worker_wakeups;
   /* A manual clock's timeouts whose deadline lies in the tick the wheel has
    * reached but after now: held here, in (deadline, seq) order, so that each
@@ -334,7 +336,8 @@ static void arm_locked(engine *eng, timeout *t) {
     return;
   }
   uint64_t fires_at_ns = tick * eng->tick_ns;
-  if (fires_at_ns < eng->worker_wake_ns) {
+  if (fires_at_ns < t->owner->waiter_wake_ns) pthread_cond_broadcast(&t->owner->due_cond);
+  if (eng->watched_queues && fires_at_ns < eng->worker_wake_ns) {
     eng->worker_wake_ns = fires_at_ns;
     pthread_cond_signal(&eng->worker_cond);
   }
@@ -483,13 +486,23 @@ static void collect_locked(engine *eng, uint64_t now_ns) {
 
 /* ---- worker ---------------------------------------------------------- */
 
+/* Brings the wheel up to date for the queues whose fd is watched, and says
+ * at which tick to do so next; false: sleep until signalled. With no fd
+ * watched there is nothing to do: each queue's own calls collect for it, so
+ * a wait()/poll() loop or a host driven by next_due() costs no wake-ups
+ * of this thread. */
+static bool drive_locked(engine *eng, uint64_t *next_tick) {
+  if (eng->watched_queues == 0) return false;
+  collect_locked(eng, engine_now(eng));
+  return wheel_next_event(&eng->wheel, next_tick);
+}
+
 static void *worker_main(void *arg) {
   engine *eng = arg;
   pthread_mutex_lock(&eng->lock);
   while (!eng->stopping) {
-    collect_locked(eng, engine_now(eng));
     uint64_t next_tick;
-    if (wheel_next_event(&eng->wheel, &next_tick)) {
+    if (drive_locked(eng, &next_tick)) {
       eng->worker_wake_ns = next_tick * eng->tick_ns;
       struct timespec until = monotonic_timespec(eng, eng->worker_wake_ns);
       pthread_cond_timedwait(&eng->worker_cond, &eng->lock, &until);
@@ -550,7 +563,7 @@ static void close_wake_fd(timer_queue *q) {
 }
 
 int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
-  *q = (timer_queue){.max_pending = max_pending};
+  *q = (timer_queue){.max_pending = max_pending, .waiter_wake_ns = ENGINE_NEVER};
   if (open_wake_fd(q)) return TQ_NO_MEMORY;
   if (init_monotonic_cond(&q->due_cond)) {
     close_wake_fd(q);
@@ -855,6 +868,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   q->stats.pending = 0;
   q->stats.ticks = ticks_passed_locked(eng, q);
   q->stopped = true;
+  if (q->wake_fd_watched) eng->watched_queues--;
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
   pthread_mutex_unlock(&eng->lock);
@@ -867,6 +881,7 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
   if (!eng) return false;
   uint64_t now_ns = engine_now(eng);
   uint64_t give_up_ns = saturating_add(now_ns, timeout_ns);
+  q->waiters++;
   for (;;) {
     if (q->stopped) break;
     if (!eng->manual_clock) collect_locked(eng, now_ns);
@@ -876,10 +891,12 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
     uint64_t wake_ns = give_up_ns, next_tick;
     if (wheel_next_event(&eng->wheel, &next_tick) && next_tick * eng->tick_ns < wake_ns)
       wake_ns = next_tick * eng->tick_ns;
+    if (wake_ns < q->waiter_wake_ns) q->waiter_wake_ns = wake_ns;   /* see arm_locked */
     struct timespec until = monotonic_timespec(eng, wake_ns);
     pthread_cond_timedwait(&q->due_cond, &eng->lock, &until);
     now_ns = engine_now(eng);
   }
+  if (--q->waiters == 0) q->waiter_wake_ns = ENGINE_NEVER;
   bool due = q->due.head != NULL;
   pthread_mutex_unlock(&eng->lock);
   return due;
@@ -1008,7 +1025,10 @@ int tq_fd(timer_queue *q) {
   if (!eng) return q->wake_read_fd;
   if (!q->wake_fd_watched) {
     q->wake_fd_watched = true;
+    if (!q->stopped) eng->watched_queues++;
+    collect_locked(eng, engine_now(eng));
     if (q->due.head) signal_due_locked(q);
+    pthread_cond_signal(&eng->worker_cond);       /* it drives the wheel from now on */
   }
   pthread_mutex_unlock(&eng->lock);
   return q->wake_read_fd;
@@ -1040,6 +1060,7 @@ uint64_t tq_pending(timer_queue *q) {
 int timeout_state(timeout *t) {
   engine *eng = lock_engine(t->owner);
   if (!eng) return t->state;
+  if (t->state == TIMEOUT_PENDING && !eng->manual_clock) collect_locked(eng, engine_now(eng));
   int state = t->state;
   pthread_mutex_unlock(&eng->lock);
   return state;

@@ -101,6 +101,8 @@ struct timer_queue {
   bool wake_fd_watched;                   /* tq_fd was called: keep it current */
   bool wake_fd_readable;
   bool stopped;
+  unsigned waiters;                       /* threads in tq_wait */
+  uint64_t waiter_wake_ns;                /* when the first of them wakes */
   uint64_t armed;                         /* its timeouts in the wheel or due */
   uint64_t first_tick;                    /* the wheel's tick at tq_init */
   uint64_t max_pending;                   /* 0: unlimited */
@@ -222,7 +224,9 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
 bool tq_wait(timer_queue *q, uint64_t timeout_ns);
 /* The fd that is readable while q has due timeouts. It is kept so only from
  * the first call on: until someone watches it, arming and draining make no
- * system calls for it. */
+ * system calls for it, and the worker thread does not drive the wheel for q
+ * (q's own calls bring it up to date: tq_poll_begin, tq_wait, tq_next_due,
+ * tq_get_stats, timeout_state). */
 int tq_fd(timer_queue *q);
 bool tq_is_stopped(timer_queue *q);
 void tq_get_stats(timer_queue *q, tq_stats *out);

@@ -8,7 +8,8 @@
  *   producers  schedule one-shots (0..50 ms, a few far away or never) and
  *              periodic timeouts (short intervals) from their own pools, and
  *              cancel random timeouts of their own and of the other producers;
- *   the worker ticks the wheel;
+ *   the worker ticks the wheel (when the queue's fd is watched; in the last
+ *              case it is not, and the consumers' own calls do);
  *   consumers  drain the queue with tq_wait / tq_poll_begin / tq_pop_due /
  *              tq_finish;
  *   at the end tq_stop hands back what is still pending.
@@ -118,6 +119,7 @@ typedef struct config {
   uint32_t wheel_size;
   int producers;
   int consumers;
+  bool watch_fd;                       /* the worker drives the wheel (tq_fd) */
   double share;                        /* of STRESS_SECONDS */
 } config;
 
@@ -317,6 +319,7 @@ static void run_stress(const config *cfg) {
   if (!s->eng) { free(s); return; }
   CHECK(engine_wheel_size(s->eng) == cfg->wheel_size);
   CHECK(tq_init(&s->q, s->eng, 0) == TQ_OK);
+  if (cfg->watch_fd) tq_fd(&s->q);
   for (int p = 0; p < cfg->producers; p++) {
     s->pool[p] = calloc(POOL_SIZE, sizeof(item));
     CHECK(s->pool[p] != NULL);
@@ -417,6 +420,7 @@ static void run_stress(const config *cfg) {
   CHECK(st.fired == ran + pr);
   CHECK(st.cancelled == oc + pc + stopped_never_ran);
   CHECK(st.pending == 0 && st.due == 0);
+  CHECK(cfg->watch_fd ? before_stop.worker_wakeups > 0 : before_stop.worker_wakeups == 0);
 
   printf("%s: wheel %u, %d producers, %d consumers, %.2f s\n", cfg->name,
          cfg->wheel_size, cfg->producers, cfg->consumers, elapsed);
@@ -446,8 +450,9 @@ static void run_stress(const config *cfg) {
 }
 
 static const config cases[] = {
-  {"stress_wheel64", 64, 4, 1, 0.6},
-  {"stress_wheel1_two_consumers", 1, 4, 2, 0.4},
+  {"stress_wheel64", 64, 4, 1, true, 0.4},
+  {"stress_wheel1_two_consumers", 1, 4, 2, true, 0.3},
+  {"stress_wheel64_consumers_drive", 64, 4, 2, false, 0.3},
 };
 
 int main(void) {

@@ -47,6 +47,9 @@ static engine *open_queue(timer_queue *q, uint64_t tick_ns, uint32_t wheel_size,
   return eng;
 }
 
+/* Watches q's fd, so that the worker thread drives the wheel for q. */
+static void watch(timer_queue *q) { (void)tq_fd(q); }
+
 /* Pops everything due now into out[]; returns how many. */
 static size_t drain(timer_queue *q, timeout **out, size_t cap) {
   uint64_t limit = tq_poll_begin(q);
@@ -174,6 +177,7 @@ static void test_worker_fires_in_order(void) {
   enum { N = 2000 };
   timer_queue q;
   engine *eng = open_queue(&q, TICK_1MS, 64, false, 0);
+  watch(&q);
   timeout *t = calloc(N, sizeof *t);
   uint64_t seed = 42;
   for (int i = 0; i < N; i++) {
@@ -218,6 +222,7 @@ static void test_worker_signals_fd(void) {
 static void test_idle_worker_sleeps(void) {
   timer_queue q;
   open_queue(&q, TICK_1MS, 512, false, 0);
+  watch(&q);
   timeout soon = {0}, far = {0};
   CHECK(tq_schedule(&q, &soon, MS, 0) == TQ_OK);
   timeout *out[1];
@@ -257,6 +262,7 @@ static void test_cancel_races_worker(void) {
   enum { N = 20000 };
   timer_queue q;
   open_queue(&q, TICK_1MS, 256, false, 0);
+  watch(&q);
   timeout *t = calloc(N, sizeof *t);
   for (size_t i = 0; i < N; i++) CHECK(tq_schedule(&q, &t[i], (i % 50) * MS / 10, 0) == TQ_OK);
   race r = {&q, t, N, 0};
@@ -510,6 +516,7 @@ static void test_reset_races_worker(void) {
   memset(t, 0, sizeof t);
   timer_queue q;
   engine *eng = open_queue(&q, TICK_1MS, 16, false, 0);
+  watch(&q);
   for (int i = 0; i < COUNT; i++) CHECK(tq_schedule(&q, &t[i], (uint64_t)(i % 4) * MS, 0) == TQ_OK);
   uint32_t rng = 12345;
   uint64_t fired = 0;
@@ -560,6 +567,60 @@ static void test_finish_and_pop(void) {
   tq_destroy(&q);
 }
 
+/* Nobody watches the fd: the worker never wakes, and the queue's own calls
+ * bring it up to date (wait, state, the first tq_fd). */
+static void test_unwatched_queue_drives_itself(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, TICK_1MS, 64, false, 0);
+  timeout soon = {0}, later = {0};
+  CHECK(tq_schedule(&q, &soon, 5 * MS, 0) == TQ_OK);
+  sleep_ns(30 * MS);
+  CHECK(timeout_state(&soon) == TIMEOUT_DUE);             /* collected on reading */
+  timeout *out[2];
+  CHECK(drain(&q, out, 2) == 1 && out[0] == &soon);
+  CHECK(tq_schedule(&q, &later, 20 * MS, 0) == TQ_OK);
+  CHECK(tq_wait(&q, 2000 * MS));                           /* the waiter drives */
+  CHECK(engine_now(eng) >= later.deadline_ns);
+  CHECK(drain(&q, out, 2) == 1 && out[0] == &later);
+  tq_stats stats;
+  tq_get_stats(&q, &stats);
+  CHECK(stats.worker_wakeups == 0);
+  CHECK(tq_schedule(&q, &soon, 5 * MS, 0) == TQ_OK);
+  sleep_ns(30 * MS);
+  CHECK(fd_readable(tq_fd(&q)));                           /* collected when first watched */
+  CHECK(drain(&q, out, 2) == 1);
+  tq_destroy(&q);
+}
+
+/* Another thread arms an earlier timeout while a thread waits: the waiter
+ * wakes for it, not at the later deadline it went to sleep for. */
+typedef struct arming {
+  timer_queue *q;
+  timeout *t;
+} arming;
+
+static void *arm_soon(void *arg) {
+  arming *a = arg;
+  sleep_ns(20 * MS);
+  CHECK(tq_schedule(a->q, a->t, 10 * MS, 0) == TQ_OK);
+  return NULL;
+}
+
+static void test_waiter_wakes_for_earlier_arming(void) {
+  timer_queue q;
+  open_queue(&q, TICK_1MS, 8192, false, 0);   /* late's tick is the next event */
+  timeout late = {0}, early = {0};
+  CHECK(tq_schedule(&q, &late, 3000 * MS, 0) == TQ_OK);
+  arming a = {&q, &early};
+  pthread_t armer;
+  pthread_create(&armer, NULL, arm_soon, &a);
+  CHECK(tq_wait(&q, 10000 * MS));
+  pthread_join(armer, NULL);
+  timeout *out[2];
+  CHECK(drain(&q, out, 2) == 1 && out[0] == &early);      /* late is not due yet */
+  tq_destroy(&q);
+}
+
 typedef struct test_case {
   const char *name;
   void (*run)(void);
@@ -578,6 +639,8 @@ static const test_case tests[] = {
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
   {"worker_fires_in_order", test_worker_fires_in_order},
+  {"unwatched_queue_drives_itself", test_unwatched_queue_drives_itself},
+  {"waiter_wakes_for_earlier_arming", test_waiter_wakes_for_earlier_arming},
   {"worker_signals_fd", test_worker_signals_fd},
   {"idle_worker_sleeps", test_idle_worker_sleeps},
   {"cancel_races_worker", test_cancel_races_worker},
