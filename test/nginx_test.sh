@@ -181,6 +181,11 @@ else
   fail "worker peak RSS flat across 10^5 tasks (${rss_warm} kB -> ${rss_after} kB, > $RSS_SLACK_PERCENT %)"
 fi
 
+# hwt.ngx drives the timer by next_due() and poll(), never fd(): the engine's
+# thread is never needed, so it never woke through all of the above.
+expect_eq "the engine thread never woke: stats().worker_wakeups" "0" \
+  "$(get /stats | sed -n 's/^worker_wakeups //p')"
+
 # ---- far more pending timeouts than ngx.timer.at allows ---------------------
 expect_eq "/bulk?n=10000 schedules 10000 at 60 s" "scheduled 10000" "$(get '/bulk?n=10000&delay=60')"
 expect_ge "/pending after /bulk" 10000 "$(get /pending)"
