@@ -463,25 +463,35 @@ static void release_held_locked(engine *eng, uint64_t now_ns) {
     make_due_locked(timeout_of(wheel_list_pop_front(&eng->held)));
 }
 
-/* Moves every timeout due by now_ns to its queue's due list, in order. The
- * real clock takes the ticks that have ended; a manual one also the tick
- * now_ns lies in, holding what is due later in it (exact deadlines). */
-static void collect_locked(engine *eng, uint64_t now_ns) {
-  if (eng->manual_clock) release_held_locked(eng, now_ns);
-  uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : now_ns / eng->tick_ns;
-  if (now_tick <= eng->wheel.now_tick) return;
-  wheel_list batch = {0};
-  size_t count = eng->wheel.count;
-  wheel_advance(&eng->wheel, now_tick, &batch);
-  count -= eng->wheel.count;
-  if (count > 1 && copy_to_scratch(eng, &batch, count)) {
+/* Settles one event's batch (count nodes) in (deadline, seq) order. */
+static void settle_batch_locked(engine *eng, wheel_list *batch, size_t count, uint64_t now_ns) {
+  if (count > 1 && copy_to_scratch(eng, batch, count)) {
     if (!order_monotonic(eng->sort_scratch, count)) sort_entries(eng->sort_scratch, count);
     for (size_t i = 0; i < count; i++) settle_locked(eng, eng->sort_scratch[i].t, now_ns);
     return;
   }
-  sort_by_deadline(&batch);                        /* no memory for the array */
+  sort_by_deadline(batch);                         /* no memory for the array */
   wheel_node *n;
-  while ((n = wheel_list_pop_front(&batch))) settle_locked(eng, timeout_of(n), now_ns);
+  while ((n = wheel_list_pop_front(batch))) settle_locked(eng, timeout_of(n), now_ns);
+}
+
+/* Moves every timeout due by now_ns to its queue's due list, in order. The
+ * real clock takes the ticks that have ended; a manual one also the tick
+ * now_ns lies in, holding what is due later in it (exact deadlines). One
+ * wheel event at a time: a batch is sorted and settled while the advance
+ * has just brought its nodes into the cache, even when many ticks have
+ * passed since the last collect (a long-unpolled queue nobody watches). */
+static void collect_locked(engine *eng, uint64_t now_ns) {
+  if (eng->manual_clock) release_held_locked(eng, now_ns);
+  uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : now_ns / eng->tick_ns;
+  uint64_t event_tick;
+  while (wheel_next_event(&eng->wheel, &event_tick) && event_tick <= now_tick) {
+    wheel_list batch = {0};
+    size_t count = eng->wheel.count;
+    wheel_advance(&eng->wheel, event_tick, &batch);
+    settle_batch_locked(eng, &batch, count - eng->wheel.count, now_ns);
+  }
+  if (now_tick > eng->wheel.now_tick) wheel_advance(&eng->wheel, now_tick, &(wheel_list){0});
 }
 
 /* ---- worker ---------------------------------------------------------- */
