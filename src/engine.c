@@ -1080,6 +1080,13 @@ int timeout_state(timeout *t) {
   return state;
 }
 
+bool timeout_cancelled(timeout *t) {
+  engine *eng = lock_engine(t->owner);
+  bool cancelled = t->state == TIMEOUT_CANCELLED;
+  if (eng) pthread_mutex_unlock(&eng->lock);
+  return cancelled;
+}
+
 uint64_t timeout_remaining(timeout *t) {
   engine *eng = lock_engine(t->owner);
   if (!eng) return 0;

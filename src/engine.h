@@ -234,7 +234,12 @@ uint64_t tq_pending(timer_queue *q);
 
 /* Nanoseconds until t is due: 0 once due, run or cancelled. */
 uint64_t timeout_remaining(timeout *t);
+/* t's state now: the wheel is brought up to date first, so that a timeout
+ * past its deadline reads TIMEOUT_DUE even on a queue nobody watches (a
+ * clock read while t is pending). */
 int timeout_state(timeout *t);
+/* timeout_state(t) == TIMEOUT_CANCELLED, without the clock read. */
+bool timeout_cancelled(timeout *t);
 
 static inline timeout *timeout_of(wheel_node *n) {
   return (timeout *)(void *)n;            /* link is the first member */

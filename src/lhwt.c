@@ -1278,7 +1278,7 @@ static int timeout_close(lua_State *L) {
 }
 
 static int timeout_is_cancelled(lua_State *L) {
-  lua_pushboolean(L, timeout_state(&check_timeout(L, 1)->node) == TIMEOUT_CANCELLED);
+  lua_pushboolean(L, timeout_cancelled(&check_timeout(L, 1)->node));
   return 1;
 }
 
