@@ -484,11 +484,10 @@ static void settle_batch_locked(engine *eng, wheel_list *batch, size_t count, ui
 static void collect_locked(engine *eng, uint64_t now_ns) {
   if (eng->manual_clock) release_held_locked(eng, now_ns);
   uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : now_ns / eng->tick_ns;
-  uint64_t event_tick;
-  while (wheel_next_event(&eng->wheel, &event_tick) && event_tick <= now_tick) {
+  for (;;) {
     wheel_list batch = {0};
     size_t count = eng->wheel.count;
-    wheel_advance(&eng->wheel, event_tick, &batch);
+    if (!wheel_advance_event(&eng->wheel, now_tick, &batch)) break;
     settle_batch_locked(eng, &batch, count - eng->wheel.count, now_ns);
   }
   if (now_tick > eng->wheel.now_tick) wheel_advance(&eng->wheel, now_tick, &(wheel_list){0});

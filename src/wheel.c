@@ -259,11 +259,15 @@ static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
   if (h) clear_hints(h);
 }
 
-void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due) {
+bool wheel_advance_event(wheel *w, uint64_t to_tick, wheel_list *due) {
   uint64_t event_tick;
-  while (wheel_next_event(w, &event_tick) && event_tick <= to_tick) {
-    w->now_tick = event_tick;
-    for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, due);
-  }
+  if (!wheel_next_event(w, &event_tick) || event_tick > to_tick) return false;
+  w->now_tick = event_tick;
+  for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, due);
+  return true;
+}
+
+void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due) {
+  while (wheel_advance_event(w, to_tick, due)) {}
   if (to_tick > w->now_tick) w->now_tick = to_tick;
 }

@@ -94,6 +94,10 @@ bool wheel_first_deadline(const wheel *w, wheel_predicate match, void *ctx, uint
 /* Moves time to to_tick (>= now_tick) and appends every node whose deadline
  * is <= to_tick to `due`, in deadline-tick order (any order within a tick). */
 void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due);
+/* One step of wheel_advance: moves time to the next event at or before
+ * to_tick and appends the nodes due then; false, time unchanged, when there
+ * is none (the caller then moves time with wheel_advance). */
+bool wheel_advance_event(wheel *w, uint64_t to_tick, wheel_list *due);
 
 static inline void wheel_list_push_back(wheel_list *l, wheel_node *n) {
   n->next = NULL;

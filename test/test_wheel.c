@@ -442,6 +442,32 @@ static void test_advance_appends_to_due(void) {
   wheel_free(&w);
 }
 
+/* advance_event takes one event at a time: a cascade alone moves time and
+ * appends nothing; past the last event it is false and leaves time alone. */
+static void test_advance_event_one_at_a_time(void) {
+  wheel w;
+  if (!open_wheel(&w, 8, 0)) return;
+  wheel_node a, b, c;
+  CHECK_TRUE(wheel_insert(&w, &a, 3));
+  CHECK_TRUE(wheel_insert(&w, &b, 3));
+  CHECK_TRUE(wheel_insert(&w, &c, 20));            /* level 1: moved down at 16 */
+  wheel_list due = {0};
+  CHECK_TRUE(wheel_advance_event(&w, 100, &due));
+  CHECK_EQ(w.now_tick, 3);
+  CHECK_EQ(list_len(&due), 2);
+  CHECK_TRUE(wheel_advance_event(&w, 100, &due));  /* the cascade */
+  CHECK_EQ(w.now_tick, 16);
+  CHECK_EQ(list_len(&due), 2);
+  CHECK(!wheel_advance_event(&w, 19, &due), "an event after to_tick was taken");
+  CHECK_EQ(w.now_tick, 16);
+  CHECK_TRUE(wheel_advance_event(&w, 20, &due));
+  CHECK_EQ(w.now_tick, 20);
+  CHECK(due.tail == &c && list_len(&due) == 3, "c not appended last");
+  CHECK(!wheel_advance_event(&w, 1000, &due), "an empty wheel has an event");
+  CHECK_EQ(w.now_tick, 20);
+  wheel_free(&w);
+}
+
 /* ------------------------------------------------------------------------ */
 /* remove                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -1192,6 +1218,7 @@ int main(void) {
       {"advance_huge_deadlines", test_advance_huge_deadlines},
       {"advance_sets_now", test_advance_sets_now},
       {"advance_appends_to_due", test_advance_appends_to_due},
+      {"advance_event_one_at_a_time", test_advance_event_one_at_a_time},
       {"remove_each_level", test_remove_each_level},
       {"remove_after_cascade", test_remove_after_cascade},
       {"remove_within_slot", test_remove_within_slot},
