@@ -5,29 +5,41 @@
 # 5.4 and LuaJIT, interleaved, one process per run, ROUNDS rounds (default 3);
 # prints the medians and hwt's cost over the floor in ns per operation, then
 # issue 13's targets against luv and the Lua heap (run beside them, on Lua
-# 5.4) next to what the floor itself reaches.
+# 5.4) next to what the floor itself reaches. W6 (N/5 timeouts fired over
+# 10 s) runs hwt, the floor (which also fires them: floor_mod's run) and Netty,
+# for the target W6 CPU <= Netty's.
 #   sh bench/contract.sh     (from the project root; env N overrides 10^6)
 set -eu
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
+N6=$((N / 5))
 ROUNDS=${ROUNDS:-3}
+NETTY_JAR=${NETTY_JAR:-/usr/share/java/netty-common.jar}
 OUT=build/contract
 mkdir -p "$OUT"
 make -s all >&2
 make -s LUA=luajit all >&2
 sh bench/floor.sh build 2>/dev/null
+NETTY=no
+NETTY_JAR="$NETTY_JAR" sh bench/netty/build.sh && NETTY=yes
 : > "$OUT/results.txt"
 for round in $(seq "$ROUNDS"); do
-  for w in W1 W1s W2 W3 W3s; do
+  for w in W1 W1s W2 W3 W3s W6; do
+    n=$N
+    [ "$w" = W6 ] && n=$N6
     for vm in lua5.4 luajit; do
       peers="hwt contract"
-      [ "$vm" = lua5.4 ] && peers="$peers luv heap"   # the targets' peers
+      [ "$vm" = lua5.4 ] && [ "$w" != W6 ] && peers="$peers luv heap"   # the targets' peers
       for peer in $peers; do
         LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$vm/?.so;build/floor/$vm/?.so;;" \
-          "$vm" bench/lua_bench.lua "$peer" "$w" "$N" |
+          "$vm" bench/lua_bench.lua "$peer" "$w" "$n" |
           sed -n "s/^RESULT $peer $w \([a-z_]*\) \(.*\)/$vm $peer $w \1 \2/p" >> "$OUT/results.txt"
       done
     done
+    if [ "$w" = W6 ] && [ "$NETTY" = yes ]; then         # HwtBench fires N/5 itself
+      java -cp "bench/netty/build:$NETTY_JAR" HwtBench W6 "$N" |
+        sed -n "s/^RESULT netty W6 \([a-z_]*\) \(.*\)/java netty W6 \1 \2/p" >> "$OUT/results.txt"
+    fi
   done
 done
 echo "Command: \`sh bench/contract.sh\` (N=$N, median of $ROUNDS interleaved rounds);" \
@@ -39,6 +51,7 @@ echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
 awk '
   function median(key,   n, i, j, t, a) {
     n = split(samples[key], a, " ")
+    if (n == 0) return ""
     for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
     return a[int((n + 1) / 2)]
   }
@@ -48,6 +61,7 @@ awk '
     split("lua5.4 luajit", vms, " ")
     for (i = 1; i <= nw; i++) for (v = 1; v <= 2; v++) {
       w = order[i]; vm = vms[v]
+      if (w == "W6") continue
       h = median(vm SUBSEP "hwt" SUBSEP w SUBSEP "ops_per_s")
       f = median(vm SUBSEP "contract" SUBSEP w SUBSEP "ops_per_s")
       hb = median(vm SUBSEP "hwt" SUBSEP w SUBSEP "bytes_per_timeout")
@@ -66,4 +80,14 @@ awk '
       f = median("lua5.4" SUBSEP "contract" SUBSEP t[1] SUBSEP "ops_per_s")
       printf "| %s: hwt / %s >= %s | %.2fx | %.2fx |\n", t[1], t[2], t[3], h / p, f / p
     }
-  }' "$OUT/results.txt"
+    netty = median("java" SUBSEP "netty" SUBSEP "W6" SUBSEP "cpu_s")
+    print ""
+    print "| W6 (" n6 " timeouts fired over 10 s) | VM | hwt CPU s | floor CPU s | hwt over the floor, s | Netty CPU s | Netty / hwt | Netty / floor |"
+    print "|---|---|--:|--:|--:|--:|--:|--:|"
+    for (v = 1; v <= 2; v++) {
+      h = median(vms[v] SUBSEP "hwt" SUBSEP "W6" SUBSEP "cpu_s")
+      f = median(vms[v] SUBSEP "contract" SUBSEP "W6" SUBSEP "cpu_s")
+      if (netty == "") printf "| W6 CPU | %s | %.2f | %.2f | %.2f | missing | - | - |\n", vms[v], h, f, h - f
+      else printf "| W6 CPU | %s | %.2f | %.2f | %.2f | %.2f | %.2fx | %.2fx |\n", vms[v], h, f, h - f, netty, netty / h, netty / f
+    }
+  }' n6="$N6" "$OUT/results.txt"

@@ -5,13 +5,17 @@
  * bench/lua_bench.lua's `contract` peer (bench/contract.sh). Builds against
  * Lua 5.4 and LuaJIT 2.1 (5.1 API); see bench/floor.sh. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include "lua.h"
 #include "lauxlib.h"
 
 #define UD_SIZE 80 /* about the size of a timeout's C struct */
+#define NS_PER_SEC UINT64_C(1000000000)
+#define RUN_TICKS_MAX (UINT64_C(1) << 26) /* run()'s tick table: 512 MiB at most */
 
 static int noop(lua_State *L) {
   (void)L;
@@ -100,9 +104,14 @@ static int release(lua_State *L) {
  * no lock-protected wheel). */
 
 /* The timer userdata: a stack of free anchor slots, room for `capacity`.
- * Its user value (5.1: environment) is the anchor table. */
+ * Its user value 1 (5.1: environment) is the anchor table. A timer made with
+ * a tick also reads the clock at each arm and keeps the deadline per anchor
+ * slot (user value 2 holds that array), so that run() can fire its timeouts:
+ * the floor of the fire workloads (W4, W6). */
 typedef struct floor_timer {
   int free_count, used, capacity;
+  uint64_t tick_ns;            /* 0: no clock, arm only (W1-W3s) */
+  uint64_t *deadline_ns;       /* per anchor slot, 0 when not armed */
   int free[];
 } floor_timer;
 
@@ -140,14 +149,30 @@ static void *check_floor_class(lua_State *L, int idx) {
   return p;
 }
 
-/* newtimer(capacity) */
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* newtimer(capacity [, tick]): tick in seconds, for run(). */
 static int newtimer(lua_State *L) {
   int capacity = (int)luaL_checkinteger(L, 1);
-  floor_timer *tm = new_ud(L, sizeof *tm + (size_t)capacity * sizeof tm->free[0], 1);
+  double tick = luaL_optnumber(L, 2, 0);
+  luaL_argcheck(L, capacity > 0 && tick >= 0 && tick < 1, 1, "capacity > 0, 0 <= tick < 1 s");
+  floor_timer *tm = new_ud(L, sizeof *tm + (size_t)capacity * sizeof tm->free[0], 2);
   tm->free_count = tm->used = 0;
   tm->capacity = capacity;
+  tm->tick_ns = (uint64_t)(tick * (double)NS_PER_SEC);
+  tm->deadline_ns = NULL;
   lua_newtable(L);
   set_uv(L, -2, 1);
+  if (tm->tick_ns) {
+    size_t bytes = ((size_t)capacity + 1) * sizeof *tm->deadline_ns;
+    tm->deadline_ns = lua_newuserdata(L, bytes);
+    memset(tm->deadline_ns, 0, bytes);
+    set_uv(L, -2, 2);
+  }
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_setmetatable(L, -2);
   return 1;
@@ -174,6 +199,7 @@ static int arm(lua_State *L) {
   if (tm->free_count == 0 && tm->used == tm->capacity) return luaL_error(L, "capacity");
   int slot = tm->free_count ? tm->free[--tm->free_count] : ++tm->used;
   memcpy(p + sizeof slot, &slot, sizeof slot);
+  if (tm->tick_ns) tm->deadline_ns[slot] = monotonic_ns() + (uint64_t)(lua_tonumber(L, 2) * 1e9);
   get_uv(L, 1, 1);
   lua_pushvalue(L, 5);
   lua_rawseti(L, -2, slot);
@@ -196,6 +222,67 @@ static int disarm(lua_State *L) {
   lua_pushnil(L);
   lua_rawseti(L, -2, slot);
   tm->free[tm->free_count++] = slot;
+  if (tm->tick_ns) tm->deadline_ns[slot] = 0;
+  return 0;
+}
+
+static uint64_t tick_of(const floor_timer *tm, uint64_t deadline_ns) {
+  return deadline_ns / tm->tick_ns + (deadline_ns % tm->tick_ns != 0);
+}
+
+static void sleep_until(uint64_t at_ns) {
+  if (monotonic_ns() >= at_ns) return;
+  struct timespec ts = {(time_t)(at_ns / NS_PER_SEC), (long)(at_ns % NS_PER_SEC)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {}
+}
+
+/* timer:run(): the least a timer does to fire what is armed: sorts it by
+ * tick (a counting sort, stable: order within a tick is arming order),
+ * sleeps until each tick that has timeouts, and calls their tasks with their
+ * Timeout, letting go of each anchor after its call. No clock reads besides
+ * the one before each sleep, no lock, nothing armed meanwhile. */
+static int run(lua_State *L) {
+  floor_timer *tm = check_floor_class(L, 1);
+  if (!tm->tick_ns) return luaL_error(L, "run: the timer was made without a tick");
+  lua_settop(L, 1);
+  get_uv(L, 1, 1);                                 /* 2: the anchors */
+  uint64_t first = UINT64_MAX, last = 0;
+  int armed = 0;
+  for (int slot = 1; slot <= tm->used; slot++) {
+    if (!tm->deadline_ns[slot]) continue;
+    uint64_t tick = tick_of(tm, tm->deadline_ns[slot]);
+    if (tick < first) first = tick;
+    if (tick > last) last = tick;
+    armed++;
+  }
+  if (armed == 0) return 0;
+  if (last - first >= RUN_TICKS_MAX) return luaL_error(L, "run: deadlines span too many ticks");
+  size_t ticks = (size_t)(last - first + 1);
+  size_t *end = lua_newuserdata(L, ticks * sizeof *end);   /* end[t]: past tick t's last */
+  int *order = lua_newuserdata(L, (size_t)armed * sizeof *order);
+  memset(end, 0, ticks * sizeof *end);
+  for (int slot = 1; slot <= tm->used; slot++)
+    if (tm->deadline_ns[slot]) end[tick_of(tm, tm->deadline_ns[slot]) - first]++;
+  for (size_t t = 1; t < ticks; t++) end[t] += end[t - 1];
+  for (int slot = tm->used; slot >= 1; slot--)     /* backwards: stable */
+    if (tm->deadline_ns[slot]) order[--end[tick_of(tm, tm->deadline_ns[slot]) - first]] = slot;
+  /* end[t] is now where tick t begins */
+  for (size_t t = 0; t < ticks; t++) {
+    size_t from = end[t], to = t + 1 < ticks ? end[t + 1] : (size_t)armed;
+    if (from == to) continue;
+    sleep_until((first + t) * tm->tick_ns);
+    for (size_t i = from; i < to; i++) {
+      int slot = order[i];
+      lua_rawgeti(L, 2, slot);                     /* the Timeout */
+      get_uv(L, -1, 2);                            /* its task */
+      lua_insert(L, -2);
+      lua_call(L, 1, 0);
+      lua_pushnil(L);
+      lua_rawseti(L, 2, slot);
+      tm->deadline_ns[slot] = 0;
+      tm->free[tm->free_count++] = slot;
+    }
+  }
   return 0;
 }
 
@@ -214,7 +301,7 @@ static const luaL_Reg funcs[] = {
 
 int luaopen_floor_mod(lua_State *L) {
   /* metatable: methods on itself (mt.__index = mt), as bindings usually do */
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 6);
   lua_pushcfunction(L, noop);
   lua_setfield(L, -2, "noop");
   lua_pushcfunction(L, release);
@@ -225,6 +312,9 @@ int luaopen_floor_mod(lua_State *L) {
   lua_pushvalue(L, -1);
   lua_pushcclosure(L, disarm, 1);
   lua_setfield(L, -2, "disarm");
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, run, 1);
+  lua_setfield(L, -2, "run");
   lua_pushvalue(L, -1);
   lua_setfield(L, -2, "__index");
   lua_createtable(L, 0, 7);

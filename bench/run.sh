@@ -74,18 +74,7 @@ else
   TW_STATUS="missing (not installed)"
 fi
 echo "PSTATUS timerwheel $TW_STATUS" >> "$RES"
-if command -v java >/dev/null 2>&1 && [ -f "$NETTY_JAR" ] && [ -f bench/netty/HwtBench.java ]; then
-  if [ ! -f bench/netty/build/HwtBench.class ] ||
-     [ bench/netty/HwtBench.java -nt bench/netty/build/HwtBench.class ]; then
-    if command -v javac >/dev/null 2>&1; then
-      say "compiling bench/netty/HwtBench.java"
-      mkdir -p bench/netty/build
-      javac -d bench/netty/build -cp "$NETTY_JAR" bench/netty/HwtBench.java >&2 ||
-        say "javac failed: netty will be missing"
-    fi
-  fi
-  [ -f bench/netty/build/HwtBench.class ] && echo netty >> "$OUT/present"
-fi
+NETTY_JAR="$NETTY_JAR" sh bench/netty/build.sh && echo netty >> "$OUT/present"
 if [ -f bench/bench_engine.c ]; then
   if [ ! -x build/bench_engine ] || [ bench/bench_engine.c -nt build/bench_engine ] ||
      [ src/engine.c -nt build/bench_engine ] || [ src/wheel.c -nt build/bench_engine ]; then
