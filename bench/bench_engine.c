@@ -26,7 +26,9 @@
  *                    as the timeouts take, and the cost of one miss among
  *                    independent ones, which the CPU overlaps)
  *   ref_*            reference costs: a clock read, a lock, a cache miss,
- *                    and a random node changed alone and under a lock
+ *                    a random node changed alone and under a lock, and the
+ *                    CPU time a thread's 1 ms sleep costs (ref_sleep_cpu: a
+ *                    timer that fires every tick pays it once a tick)
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
@@ -140,6 +142,19 @@ static void reference_costs(void) {
   }
   result("ref_lock_unlock", (double)(now_ns() - start) / REPS);
   (void)sink;
+}
+
+/* The process CPU time one 1 ms sleep costs: entering the kernel, the
+ * timer, the switch to idle and back. On a VM it is tens of microseconds. */
+static void reference_sleep_cpu(void) {
+  enum { SLEEPS = 2000 };
+  const struct timespec one_tick = {0, (long)TICK_NS};
+  struct timespec cpu0, cpu1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+  for (int i = 0; i < SLEEPS; i++) clock_nanosleep(CLOCK_MONOTONIC, 0, &one_tick, NULL);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+  double cpu_ns = (double)(cpu1.tv_sec - cpu0.tv_sec) * (double)SEC + (double)(cpu1.tv_nsec - cpu0.tv_nsec);
+  result("ref_sleep_cpu", cpu_ns / SLEEPS);
 }
 
 /* 1) schedule + cancel on the real clock (the worker thread is running). */
@@ -311,6 +326,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(phase, "ref")) {
     reference_costs();
+    reference_sleep_cpu();
     reference_random_touch(&b);
     reference_miss_latency(b.n * sizeof(timeout));
   }

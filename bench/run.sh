@@ -332,6 +332,8 @@ END {
       cell("engine", "ref_clock_gettime", "ns_per_op"), cell("engine", "ref_lock_unlock", "ns_per_op"))
     printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns\n",
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
+    printf("  CPU time of one 1 ms sleep %s ns (W6 sleeps about once a tick, 10^4 times)\n",
+      cell("engine", "ref_sleep_cpu", "ns_per_op"))
   }
 }' "$RES"
 }
