@@ -46,8 +46,10 @@ struct engine {
    * reached but after now: held here, in (deadline, seq) order, so that each
    * falls due at its exact deadline, not at the end of its tick. */
   wheel_list held;
-  struct due_entry *sort_scratch;          /* collect_locked's sort buffer */
+  struct due_entry *sort_scratch;          /* collect_locked's sort buffers: */
+  struct due_entry *sorted;                /* a batch, then the batch in order */
   size_t sort_scratch_size;
+  size_t *bucket_ends;                     /* BATCH_BUCKETS_MAX + 1 of them */
   unsigned refs;                /* the creator's and each queue's, until destroyed */
   unsigned running_queues;      /* queues not yet stopped: the worker's users */
   struct engine *fork_next, *fork_prev;      /* all engines (fork, sharing) */
@@ -223,6 +225,8 @@ void engine_release(engine *eng) {
   pthread_mutex_destroy(&eng->lock);
   wheel_free(&eng->wheel);
   free(eng->sort_scratch);
+  free(eng->sorted);
+  free(eng->bucket_ends);
   free(eng);
 }
 
@@ -429,16 +433,71 @@ static void fill_entries(struct due_entry *entries, const wheel_list *list) {
   }
 }
 
-/* Copies the batch into the scratch array; false when memory is short. */
-static bool copy_to_scratch(engine *eng, wheel_list *batch, size_t count) {
-  if (count > eng->sort_scratch_size) {
-    struct due_entry *grown = realloc(eng->sort_scratch, count * sizeof *grown);
-    if (!grown) return false;
-    eng->sort_scratch = grown;
-    eng->sort_scratch_size = count;
+/* Bucket sort of a batch: a batch's deadlines lie within one tick, so
+ * spread over about one bucket per entry, most buckets hold one entry or
+ * none, and the whole sort is a few passes over the array. Quicksort's
+ * mispredicted compares cost 40 ns an entry on a tick of 10^3 random
+ * deadlines. Smaller batches are quicksorted in place. */
+#define BATCH_BUCKETS_MAX 4096
+#define BUCKET_SORT_MIN 64
+
+static unsigned bucket_shift(uint64_t span, size_t buckets) {
+  unsigned shift = 0;
+  while ((span >> shift) >= buckets) shift++;
+  return shift;
+}
+
+/* Stable scatter of `from` into `to` by bucket; bucket_ends[b] ends up as
+ * the end of bucket b in `to`. */
+static void scatter_by_bucket(const struct due_entry *from, struct due_entry *to, size_t count,
+                              uint64_t base, unsigned shift, size_t buckets, size_t *bucket_ends) {
+  for (size_t b = 0; b <= buckets; b++) bucket_ends[b] = 0;
+  for (size_t i = 0; i < count; i++) bucket_ends[((from[i].deadline_ns - base) >> shift) + 1]++;
+  for (size_t b = 1; b <= buckets; b++) bucket_ends[b] += bucket_ends[b - 1];
+  for (size_t i = 0; i < count; i++) to[bucket_ends[(from[i].deadline_ns - base) >> shift]++] = from[i];
+}
+
+static void bucket_sort_entries(const struct due_entry *from, struct due_entry *to, size_t count,
+                                size_t *bucket_ends) {
+  uint64_t low = from[0].deadline_ns, high = low;
+  for (size_t i = 1; i < count; i++) {
+    if (from[i].deadline_ns < low) low = from[i].deadline_ns;
+    if (from[i].deadline_ns > high) high = from[i].deadline_ns;
   }
-  fill_entries(eng->sort_scratch, batch);
+  size_t buckets = BATCH_BUCKETS_MAX;
+  while (buckets / 2 >= count) buckets /= 2;
+  scatter_by_bucket(from, to, count, low, bucket_shift(high - low, buckets), buckets, bucket_ends);
+  for (size_t b = 0, begin = 0; b < buckets; begin = bucket_ends[b++])
+    if (bucket_ends[b] - begin > 1) sort_entries(to + begin, bucket_ends[b] - begin);
+}
+
+static bool grow_sort_buffers(engine *eng, size_t count) {
+  if (!eng->bucket_ends) {
+    eng->bucket_ends = malloc((BATCH_BUCKETS_MAX + 1) * sizeof *eng->bucket_ends);
+    if (!eng->bucket_ends) return false;
+  }
+  struct due_entry *scratch = realloc(eng->sort_scratch, count * sizeof *scratch);
+  if (!scratch) return false;
+  eng->sort_scratch = scratch;
+  struct due_entry *sorted = realloc(eng->sorted, count * sizeof *sorted);
+  if (!sorted) return false;
+  eng->sorted = sorted;
+  eng->sort_scratch_size = count;
   return true;
+}
+
+/* The batch (count nodes) as an array in (deadline, seq) order; NULL when
+ * memory is short. */
+static const struct due_entry *sorted_batch(engine *eng, const wheel_list *batch, size_t count) {
+  if (count > eng->sort_scratch_size && !grow_sort_buffers(eng, count)) return NULL;
+  fill_entries(eng->sort_scratch, batch);
+  if (order_monotonic(eng->sort_scratch, count)) return eng->sort_scratch;
+  if (count < BUCKET_SORT_MIN) {
+    sort_entries(eng->sort_scratch, count);
+    return eng->sort_scratch;
+  }
+  bucket_sort_entries(eng->sort_scratch, eng->sorted, count, eng->bucket_ends);
+  return eng->sorted;
 }
 
 /* A stopped queue's timeouts in order: through an array, which is many times
@@ -465,9 +524,9 @@ static void release_held_locked(engine *eng, uint64_t now_ns) {
 
 /* Settles one event's batch (count nodes) in (deadline, seq) order. */
 static void settle_batch_locked(engine *eng, wheel_list *batch, size_t count, uint64_t now_ns) {
-  if (count > 1 && copy_to_scratch(eng, batch, count)) {
-    if (!order_monotonic(eng->sort_scratch, count)) sort_entries(eng->sort_scratch, count);
-    for (size_t i = 0; i < count; i++) settle_locked(eng, eng->sort_scratch[i].t, now_ns);
+  const struct due_entry *in_order = count > 1 ? sorted_batch(eng, batch, count) : NULL;
+  if (in_order) {
+    for (size_t i = 0; i < count; i++) settle_locked(eng, in_order[i].t, now_ns);
     return;
   }
   sort_by_deadline(batch);                         /* no memory for the array */

@@ -202,6 +202,45 @@ static void test_worker_fires_in_order(void) {
   free(t);
 }
 
+/* Manual clock: batches of hundreds a tick, deadlines spread over each tick
+ * and a quarter of them tied, come out in (deadline, seq) order, none early.
+ * A 1 s tick spreads a batch over 10^9 ns, a 1 ms tick over 10^6. */
+static void check_large_batches_in_order(uint64_t tick_ns) {
+  enum { N = 20000, TICKS = 40, STEP_TICKS = 3 };
+  timer_queue q;
+  engine *eng = open_queue(&q, tick_ns, 512, true, 0);
+  timeout *t = calloc(N, sizeof *t);
+  uint64_t seed = 7, delay = 0;
+  for (int i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    if (i % 4 != 3) delay = (seed >> 11) % (TICKS * tick_ns);
+    CHECK(tq_schedule(&q, &t[i], delay, 0) == TQ_OK);
+  }
+  size_t fired = 0;
+  timeout *last = NULL;
+  for (int step = 0; step * STEP_TICKS <= TICKS; step++) {
+    engine_advance_manual(eng, STEP_TICKS * tick_ns);
+    uint64_t limit = tq_poll_begin(&q);
+    timeout *due;
+    while ((due = tq_pop_due(&q, limit))) {
+      CHECK(due->deadline_ns <= engine_now(eng));
+      CHECK(!last || last->deadline_ns < due->deadline_ns ||
+            (last->deadline_ns == due->deadline_ns && last->seq < due->seq));
+      last = due;
+      tq_finish(due, due->seq);
+      fired++;
+    }
+  }
+  CHECK(fired == N);
+  tq_destroy(&q);
+  free(t);
+}
+
+static void test_large_batches_in_order(void) {
+  check_large_batches_in_order(TICK_1MS);
+  check_large_batches_in_order(1000 * MS);
+}
+
 /* The wake-up fd becomes readable from the worker alone, with no poll. */
 static void test_worker_signals_fd(void) {
   timer_queue q;
@@ -638,6 +677,7 @@ static const test_case tests[] = {
   {"late_percentiles", test_late_percentiles},
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
+  {"large_batches_in_order", test_large_batches_in_order},
   {"worker_fires_in_order", test_worker_fires_in_order},
   {"unwatched_queue_drives_itself", test_unwatched_queue_drives_itself},
   {"waiter_wakes_for_earlier_arming", test_waiter_wakes_for_earlier_arming},
