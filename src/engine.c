@@ -433,13 +433,13 @@ static void fill_entries(struct due_entry *entries, const wheel_list *list) {
   }
 }
 
-/* Bucket sort of a batch: a batch's deadlines lie within one tick, so
- * spread over about one bucket per entry, most buckets hold one entry or
- * none, and the whole sort is a few passes over the array. Quicksort's
+/* Bucket sort of a batch: a batch's deadlines lie within one tick, so with
+ * about one bucket per entry over their span most buckets hold one entry or
+ * none, and the sort is a few passes over the array. Quicksort's
  * mispredicted compares cost 40 ns an entry on a tick of 10^3 random
- * deadlines. Smaller batches are quicksorted in place. */
+ * deadlines (bench_engine expire); the bucket sort is already faster at 32
+ * entries a tick. Up to SMALL_SORT entries, an insertion sort is. */
 #define BATCH_BUCKETS_MAX 4096
-#define BUCKET_SORT_MIN 64
 
 static unsigned bucket_shift(uint64_t span, size_t buckets) {
   unsigned shift = 0;
@@ -492,7 +492,7 @@ static const struct due_entry *sorted_batch(engine *eng, const wheel_list *batch
   if (count > eng->sort_scratch_size && !grow_sort_buffers(eng, count)) return NULL;
   fill_entries(eng->sort_scratch, batch);
   if (order_monotonic(eng->sort_scratch, count)) return eng->sort_scratch;
-  if (count < BUCKET_SORT_MIN) {
+  if (count <= SMALL_SORT) {
     sort_entries(eng->sort_scratch, count);
     return eng->sort_scratch;
   }
