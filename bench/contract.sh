@@ -36,8 +36,8 @@ for round in $(seq "$ROUNDS"); do
           sed -n "s/^RESULT $peer $w \([a-z_]*\) \(.*\)/$vm $peer $w \1 \2/p" >> "$OUT/results.txt"
       done
     done
-    if [ "$w" = W6 ] && [ "$NETTY" = yes ]; then         # HwtBench fires N/5 itself
-      java -cp "bench/netty/build:$NETTY_JAR" HwtBench W6 "$N" |
+    if [ "$w" = W6 ] && [ "$NETTY" = yes ]; then
+      java -cp "bench/netty/build:$NETTY_JAR" HwtBench W6 "$n" |
         sed -n "s/^RESULT netty W6 \([a-z_]*\) \(.*\)/java netty W6 \1 \2/p" >> "$OUT/results.txt"
     fi
   done
