@@ -447,14 +447,18 @@ static unsigned bucket_shift(uint64_t span, size_t buckets) {
   return shift;
 }
 
+static size_t bucket_of(const struct due_entry *e, uint64_t base, unsigned shift) {
+  return (size_t)((e->deadline_ns - base) >> shift);
+}
+
 /* Stable scatter of `from` into `to` by bucket; bucket_ends[b] ends up as
  * the end of bucket b in `to`. */
 static void scatter_by_bucket(const struct due_entry *from, struct due_entry *to, size_t count,
                               uint64_t base, unsigned shift, size_t buckets, size_t *bucket_ends) {
   for (size_t b = 0; b <= buckets; b++) bucket_ends[b] = 0;
-  for (size_t i = 0; i < count; i++) bucket_ends[((from[i].deadline_ns - base) >> shift) + 1]++;
+  for (size_t i = 0; i < count; i++) bucket_ends[bucket_of(&from[i], base, shift) + 1]++;
   for (size_t b = 1; b <= buckets; b++) bucket_ends[b] += bucket_ends[b - 1];
-  for (size_t i = 0; i < count; i++) to[bucket_ends[(from[i].deadline_ns - base) >> shift]++] = from[i];
+  for (size_t i = 0; i < count; i++) to[bucket_ends[bucket_of(&from[i], base, shift)]++] = from[i];
 }
 
 static void bucket_sort_entries(const struct due_entry *from, struct due_entry *to, size_t count,
