@@ -490,6 +490,18 @@ static bool grow_sort_buffers(engine *eng, size_t count) {
   return true;
 }
 
+/* A burst's buffers are not kept: 10^6 timeouts due in one tick would
+ * otherwise hold 48 MB for the engine's life. */
+#define SORT_KEPT_MAX (1u << 16)
+
+static void release_large_sort_buffers(engine *eng) {
+  if (eng->sort_scratch_size <= SORT_KEPT_MAX) return;
+  free(eng->sort_scratch);
+  free(eng->sorted);
+  eng->sort_scratch = eng->sorted = NULL;
+  eng->sort_scratch_size = 0;
+}
+
 /* The batch (count nodes) as an array in (deadline, seq) order; NULL when
  * memory is short. */
 static const struct due_entry *sorted_batch(engine *eng, const wheel_list *batch, size_t count) {
@@ -531,6 +543,7 @@ static void settle_batch_locked(engine *eng, wheel_list *batch, size_t count, ui
   const struct due_entry *in_order = count > 1 ? sorted_batch(eng, batch, count) : NULL;
   if (in_order) {
     for (size_t i = 0; i < count; i++) settle_locked(eng, in_order[i].t, now_ns);
+    release_large_sort_buffers(eng);
     return;
   }
   sort_by_deadline(batch);                         /* no memory for the array */
