@@ -340,7 +340,8 @@ static void arm_locked(engine *eng, timeout *t) {
     return;
   }
   uint64_t fires_at_ns = tick * eng->tick_ns;
-  if (fires_at_ns < t->owner->waiter_wake_ns) pthread_cond_broadcast(&t->owner->due_cond);
+  timer_queue *q = t->owner;
+  if (q->waiters && fires_at_ns < q->waiter_wake_ns) pthread_cond_broadcast(&q->due_cond);
   if (eng->watched_queues && fires_at_ns < eng->worker_wake_ns) {
     eng->worker_wake_ns = fires_at_ns;
     pthread_cond_signal(&eng->worker_cond);
