@@ -25,8 +25,9 @@
  *                    latency of one dependent cache miss over as much memory
  *                    as the timeouts take, and the cost of one miss among
  *                    independent ones, which the CPU overlaps)
- *   ref_*            reference costs: a clock read, a lock, a cache miss,
- *                    a random node changed alone and under a lock, and the
+ *   ref_*            reference costs: a clock read, a lock, the least a
+ *                    schedule on the real clock does (ref_schedule_floor), a
+ *                    cache miss, a random node changed alone and under a lock, and the
  *                    CPU time a thread's 1 ms sleep costs (ref_sleep_cpu: a
  *                    timer that fires every tick pays it once a tick)
  *
@@ -142,6 +143,32 @@ static void reference_costs(void) {
   }
   result("ref_lock_unlock", (double)(now_ns() - start) / REPS);
   (void)sink;
+}
+
+/* The floor of a schedule on the real clock: read the clock, take a lock
+ * (the worker thread shares the wheel), fill in the node and push it on one
+ * of 64 lists picked by its deadline: no levels, no bitmap, no prefetch
+ * hints, no counts. */
+static void reference_schedule_floor(bench *b) {
+  enum { LISTS = 64 };
+  wheel_node *heads[LISTS] = {0};
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    uint64_t deadline_ns = engine_monotonic_ns() + b->delays[i];
+    pthread_mutex_lock(&m);
+    timeout *t = &b->timeouts[i];
+    t->deadline_ns = deadline_ns;
+    t->seq = i;
+    wheel_node **head = &heads[(deadline_ns / TICK_NS) % LISTS];
+    t->link.prev = NULL;
+    t->link.next = *head;
+    if (*head) (*head)->prev = &t->link;
+    *head = &t->link;
+    pthread_mutex_unlock(&m);
+  }
+  result("ref_schedule_floor", (double)(now_ns() - start) / (double)b->n);
 }
 
 /* The process CPU time one 1 ms sleep costs: entering the kernel, the
@@ -326,6 +353,7 @@ int main(int argc, char **argv) {
   }
   if (all || !strcmp(phase, "ref")) {
     reference_costs();
+    reference_schedule_floor(&b);
     reference_sleep_cpu();
     reference_random_touch(&b);
     reference_miss_latency(b.n * sizeof(timeout));

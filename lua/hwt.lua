@@ -125,7 +125,7 @@ end
 
 local function drain_timer(timer, max, spawn)
   local drain, has_on_error = drain_of(timer)
-  if drain == nil then return 0 end            -- stopped
+  if drain == nil then return 0 end            -- nothing due, or stopped
   local handler = has_on_error and pass_error or traceback
   if spawn then return spawn_all(drain, handler, max, spawn) end
   return run_drain(drain, handler, max)

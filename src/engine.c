@@ -737,7 +737,7 @@ uint64_t tq_poll_begin(timer_queue *q) {
   engine *eng = lock_engine(q);
   if (!eng) return 0;
   collect_locked(eng, engine_now(eng));
-  uint64_t seq_limit = q->stopped ? 0 : eng->next_seq;
+  uint64_t seq_limit = q->stopped || !q->due.head ? 0 : eng->next_seq;
   pthread_mutex_unlock(&eng->lock);
   return seq_limit;
 }

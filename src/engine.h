@@ -150,7 +150,8 @@ int tq_reset(timeout *t, uint64_t delay_ns);
 
 /* A poll: tq_poll_begin brings the wheel up to now and returns the limit to
  * pass to tq_pop_due, which hands out due timeouts scheduled before the poll
- * began (so a task's own new timeouts wait for the next poll). The caller
+ * began (so a task's own new timeouts wait for the next poll); 0, which
+ * hands out nothing, when nothing is due then or q is stopped. The caller
  * runs the task, then calls tq_finish(t, seq) with t->seq as it was popped,
  * which re-arms a periodic timeout and returns true if t is still pending
  * (the caller must keep it alive). If t was reset meanwhile, tq_finish only

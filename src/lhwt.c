@@ -523,16 +523,17 @@ static void drop_handed(lua_State *L) {
   compat_setuservalue(L, 1, DRAIN_UV_HANDED);
 }
 
-/* internal.drain(timer) -> a poll's drain, or nil once stopped; and whether
- * the timer has an on_error (else errors want a traceback). */
+/* internal.drain(timer) -> a poll's drain, or nil when nothing is due or
+ * the timer is stopped; and whether the timer has an on_error (else errors
+ * want a traceback). */
 static int internal_drain(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
-  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
   uint64_t seq_limit = tm->initialized ? tq_poll_begin(&tm->queue) : 0;
   if (seq_limit == 0) {
     lua_pushnil(L);
     return 1;
   }
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
   drain *d = new_drain(L, -1);
   d->seq_limit = seq_limit;
   compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);

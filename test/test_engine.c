@@ -147,6 +147,22 @@ static void test_hand_off_and_next_due(void) {
   tq_destroy(&q);
 }
 
+/* A poll that begins with nothing due gets limit 0 (the binding then makes
+ * no drain); once something is due, a limit that hands it out. */
+static void test_poll_begin_zero_when_nothing_due(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout t = {0};
+  CHECK(tq_poll_begin(&q) == 0);                           /* nothing scheduled */
+  CHECK(tq_schedule(&q, &t, 10 * MS, 0) == TQ_OK);
+  CHECK(tq_poll_begin(&q) == 0);                           /* pending, not due */
+  engine_advance_manual(eng, 10 * MS);
+  uint64_t limit = tq_poll_begin(&q);
+  CHECK(limit > t.seq && tq_pop_due(&q, limit) == &t);
+  CHECK(!tq_finish(&t, t.seq) && tq_poll_begin(&q) == 0);  /* drained */
+  tq_destroy(&q);
+}
+
 static void test_max_pending(void) {
   timer_queue q;
   open_queue(&q, TICK_1MS, 64, true, 2);
@@ -678,6 +694,7 @@ static const test_case tests[] = {
   {"select_pending", test_select_pending},
   {"step_manual", test_step_manual},
   {"late_percentiles", test_late_percentiles},
+  {"poll_begin_zero_when_nothing_due", test_poll_begin_zero_when_nothing_due},
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
   {"large_batches_in_order", test_large_batches_in_order},
