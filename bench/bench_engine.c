@@ -27,9 +27,10 @@
  *                    independent ones, which the CPU overlaps)
  *   ref_*            reference costs: a clock read, a lock, the least a
  *                    schedule on the real clock does (ref_schedule_floor), a
- *                    cache miss, a random node changed alone and under a lock, and the
- *                    CPU time a thread's 1 ms sleep costs (ref_sleep_cpu: a
- *                    timer that fires every tick pays it once a tick)
+ *                    cache miss, a random node changed alone and under a
+ *                    lock, and the CPU time a thread's 1 ms sleep costs
+ *                    (ref_sleep_cpu: a timer that fires every tick pays it
+ *                    once a tick)
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
