@@ -330,9 +330,10 @@ static void settle_locked(engine *eng, timeout *t, uint64_t now_ns) {
 }
 
 static void arm_locked(engine *eng, timeout *t) {
+  timer_queue *q = t->owner;
   t->state = TIMEOUT_PENDING;
   if (t->deadline_ns == ENGINE_NEVER) return;
-  t->owner->armed++;
+  q->armed++;
   uint64_t tick = deadline_tick(eng, t->deadline_ns);
   if (!wheel_insert(&eng->wheel, &t->link, tick)) {
     if (eng->manual_clock) settle_locked(eng, t, eng->manual_now_ns);
@@ -340,7 +341,6 @@ static void arm_locked(engine *eng, timeout *t) {
     return;
   }
   uint64_t fires_at_ns = tick * eng->tick_ns;
-  timer_queue *q = t->owner;
   if (q->waiters && fires_at_ns < q->waiter_wake_ns) pthread_cond_broadcast(&q->due_cond);
   if (eng->watched_queues && fires_at_ns < eng->worker_wake_ns) {
     eng->worker_wake_ns = fires_at_ns;
