@@ -9,6 +9,8 @@
 --   churn     timer:timeout(30, closure), then cancel (W3)
 --   churn_shared     timer:timeout(30, f, conn), then cancel (W3s)
 --   drain     N timeouts of delay 0 run by one poll() (schedule included)
+--   poll_each N timeouts of delay 0, then N poll(1): a poll's own cost, each
+--             with one task (schedule included)
 local hwt = require("hwt")
 local N = tonumber(os.getenv("N") or 100000)
 local mode = os.getenv("MODE") or "schedule"
@@ -36,6 +38,12 @@ local modes = {
   drain = function()
     for i = 1, N do timer:timeout(0, function() sink = i end) end
     assert(timer:poll() == N)
+  end,
+  poll_each = function()
+    for _ = 1, N do timer:timeout(0, shared) end
+    local due = hwt.now() + 0.002
+    while hwt.now() < due do end
+    for _ = 1, N do assert(timer:poll(1) == 1) end
   end,
 }
 assert(modes[mode], "unknown MODE " .. mode)()

@@ -39,21 +39,25 @@ local function call_with_args(task, t, is_method, ...)
   return task(t, ...)
 end
 
--- Runs up to `budget` tasks in one protected call, counting in done[1] those
--- that returned; NOTHING when nothing more is due. One xpcall per batch, not
+-- Runs up to `budget` tasks in one protected call; returns NOTHING when
+-- nothing more is due, and how many tasks it took. One xpcall per batch, not
 -- per task: a task's error ends the batch, and run_drain starts the next.
--- take() gives a task with up to 2 arguments as plain values, so that the
--- common call is not a vararg one.
-local function run_batch(drain, budget, done)
+-- Before it takes anything it calls probe(), as deep as a task call: a
+-- batch that could not call a task (poll() nested in tasks past the C stack
+-- or the Lua stack) fails there, with nothing taken. take() gives a task
+-- with up to 2 arguments as plain values, so that the common call is not a
+-- vararg one.
+local function run_batch(drain, budget)
+  probe()
   for n = 1, budget do
     local task, t, shape, a, b = take(drain)
     if shape == 0 then task(t)
     elseif shape == 1 then task(t, a)
     elseif shape == 2 then task(t, a, b)
     elseif shape == CALL_WITH_ARGS then call_with_args(task, t, args_of(drain))
-    else return NOTHING end
-    done[1] = n
+    else return NOTHING, n - 1 end
   end
+  return nil, budget
 end
 
 local function pass_error(err) return err end
@@ -64,34 +68,22 @@ local batch_of
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
   batch_of = function() return run_batch end
 else
-  batch_of = function(drain, budget, done)
-    return function() return run_batch(drain, budget, done) end
+  batch_of = function(drain, budget)
+    return function() return run_batch(drain, budget) end
   end
 end
 
--- As deep as a task call below, doing nothing: raises here, before anything
--- is taken, when a task could not be called (poll() nested in tasks past the
--- C stack or the Lua stack).
-local function probe_next() return probe() end
-local function check_task_call_fits()
-  local fits, ran, err = pcall(xpcall, probe_next, pass_error)
-  if not fits then error(ran, 0) end
-  if not ran then error(err, 0) end
-end
-
 -- Runs up to `max` tasks of the drain; returns how many ran. Each take()
--- first finishes the task before it. After a failed batch, the drain's count
--- of what it took tells a task's error (the last task taken did not return)
--- from a failure before a take (every task taken returned).
+-- first finishes the task before it, so after a failed batch every task
+-- taken but the last has returned: the drain's count of what it took tells
+-- a task's error (it took one since the last count) from a failure before a
+-- take (it took none), and counts the failed task as run.
 local function run_drain(drain, handler, max)
-  check_task_call_fits()
-  local done = { 0 }
   local ran = 0
   while ran < max do
-    done[1] = 0
-    local ok, result = xpcall(batch_of(drain, max - ran, done), handler, drain, max - ran, done)
-    ran = ran + done[1]
+    local ok, result, taken_in_batch = xpcall(batch_of(drain, max - ran), handler, drain, max - ran)
     if ok then
+      ran = ran + taken_in_batch
       if result == NOTHING then return ran end
     else
       local t, taken = current(drain)
@@ -100,7 +92,7 @@ local function run_drain(drain, handler, max)
         error(result, 0)
       end
       report_error(drain, result, t)
-      ran = ran + 1
+      ran = taken
     end
   end
   finish(drain)
