@@ -22,7 +22,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-contract bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas rock rock-install
 
 all: $(MODULE)
@@ -206,6 +206,14 @@ bench-floor: bench-deps
 bench-contract: bench-deps
 	@sh bench/contract.sh
 
+# CPU per wake-up: the contract's floor, timer:run() and a wait()/poll() loop,
+# alternated, three rounds (bench/wake.lua; W6 wakes about 10^4 times).
+bench-wake: bench-deps all
+	@sh bench/floor.sh build 2>/dev/null
+	@for round in 1 2 3; do for mode in floor run loop; do \
+	  LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);build/floor/$(LUA)/?.so;;' $(LUA) bench/wake.lua $$mode; \
+	  done; done
+
 # hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/RESULTS.md).
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
@@ -233,6 +241,7 @@ help:
 	@echo "make bench-reset  idle timeouts re-armed per event: reset() vs cancel + new and luv again()"
 	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
 	@echo "make bench-contract  hwt against the contract's floor (the API's Lua-side work alone)"
+	@echo "make bench-wake  CPU per wake-up: the floor, timer:run(), a wait()/poll() loop"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
 	@echo "make bench-jobs  hwt.jobs on Redis vs a ZRANGEBYSCORE polling loop"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"

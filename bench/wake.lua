@@ -1,0 +1,42 @@
+-- CPU per wake-up: N timeouts one tick apart (tick 1 ms), each with a task
+-- that does nothing, drained three ways:
+--   floor  floor_mod's run(): one C call that sleeps with clock_nanosleep
+--          until each tick and calls its task (no lock, no engine)
+--   run    hwt's timer:run()
+--   loop   hwt's `while timer:pending() > 0 do timer:wait(); timer:poll() end`
+--          (bench/lua_bench.lua's drain)
+-- Prints `RESULT wake <mode> cpu_us_per_wake <value>`: process CPU over the
+-- drain / N. W6 wakes about once a tick, so the difference between a mode
+-- and the floor, times W6's ~10^4 wake-ups, is what that mode costs W6 beyond
+-- its tasks. Run from the project root, after `sh bench/floor.sh build`:
+--   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;build/floor/lua5.4/?.so;;' \
+--     lua5.4 bench/wake.lua <floor|run|loop> [N]
+local mode, n = arg[1], tonumber(arg[2] or 5000)
+assert(mode == "floor" or mode == "run" or mode == "loop", "usage: wake.lua <floor|run|loop> [N]")
+local hwt = require("hwt")
+local TICK = 0.001
+local ran = 0
+local function task() ran = ran + 1 end
+
+local function delay(i) return (i + 0.5) * TICK end    -- mid-tick: one tick each
+
+local cpu0, cpu1
+if mode == "floor" then
+  local timer = require("floor_mod").newtimer(n + 1, TICK)
+  for i = 1, n do timer:arm(delay(i), task) end
+  cpu0 = os.clock()
+  timer:run()
+  cpu1 = os.clock()
+else
+  local timer = hwt.new({ tick = TICK, wheel_size = 512 })
+  for i = 1, n do timer:timeout(delay(i), task) end
+  cpu0 = os.clock()
+  if mode == "run" then
+    timer:run()
+  else
+    while timer:pending() > 0 do timer:wait(); timer:poll() end
+  end
+  cpu1 = os.clock()
+end
+assert(ran == n, "not every task ran")
+io.write(string.format("RESULT wake %s cpu_us_per_wake %.2f\n", mode, (cpu1 - cpu0) / n * 1e6))
