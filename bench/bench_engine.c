@@ -30,7 +30,9 @@
  *                    cache miss, a random node changed alone and under a
  *                    lock, and the CPU time a thread's 1 ms sleep costs
  *                    (ref_sleep_cpu: a timer that fires every tick pays it
- *                    once a tick)
+ *                    once a tick), and wake_cpu: the CPU of one engine
+ *                    wake-up (tq_wait, then a poll of the timeout due),
+ *                    to set beside it
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
@@ -183,6 +185,39 @@ static void reference_sleep_cpu(void) {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
   double cpu_ns = (double)(cpu1.tv_sec - cpu0.tv_sec) * (double)SEC + (double)(cpu1.tv_nsec - cpu0.tv_nsec);
   result("ref_sleep_cpu", cpu_ns / SLEEPS);
+}
+
+static double process_cpu_ns(void) {
+  struct timespec cpu;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  return (double)cpu.tv_sec * (double)SEC + (double)cpu.tv_nsec;
+}
+
+/* The process CPU time of one engine wake-up, to set beside ref_sleep_cpu:
+ * WAKES timeouts one tick apart on the real clock, drained as the binding's
+ * wait() and poll() do (tq_wait, tq_poll_begin, tq_pop_due, then
+ * tq_finish_and_pop), one wake-up a tick. */
+static void bench_wake_cpu(bench *b) {
+  enum { WAKES = 2000 };
+  if (b->n < WAKES) return;
+  timer_queue q;
+  new_engine(false, &q);
+  for (size_t i = 0; i < WAKES; i++)
+    if (tq_schedule(&q, &b->timeouts[i], (i + 1) * TICK_NS + TICK_NS / 2, 0) != TQ_OK)
+      fail("tq_schedule failed");
+  size_t fired = 0;
+  double cpu0 = process_cpu_ns();
+  while (tq_wait(&q, ENGINE_NEVER)) {
+    uint64_t seq_limit = tq_poll_begin(&q);
+    for (timeout *t = tq_pop_due(&q, seq_limit); t; fired++) {
+      bool still_pending;
+      t = tq_finish_and_pop(t, t->seq, &still_pending, seq_limit);
+    }
+  }
+  double cpu1 = process_cpu_ns();
+  if (fired != WAKES || tq_pending(&q) != 0) fail("not every timeout fired");
+  result("wake_cpu", (cpu1 - cpu0) / WAKES);
+  tq_destroy(&q);
 }
 
 /* 1) schedule + cancel on the real clock (the worker thread is running). */
@@ -356,6 +391,7 @@ int main(int argc, char **argv) {
     reference_costs();
     reference_schedule_floor(&b);
     reference_sleep_cpu();
+    bench_wake_cpu(&b);
     reference_random_touch(&b);
     reference_miss_latency(b.n * sizeof(timeout));
   }

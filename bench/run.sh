@@ -334,8 +334,10 @@ END {
       cell("engine", "ref_schedule_floor", "ns_per_op"))
     printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns\n",
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
-    printf("  CPU time of one 1 ms sleep %s ns (W6 sleeps about once a tick, 10^4 times)\n",
+    printf("  CPU time of one 1 ms sleep %s ns (W6 sleeps about once a tick, 10^4 times);\n",
       cell("engine", "ref_sleep_cpu", "ns_per_op"))
+    printf("  of one engine wake-up, tq_wait and a poll of the timeout due, %s ns\n",
+      cell("engine", "wake_cpu", "ns_per_op"))
   }
 }' "$RES"
 }
