@@ -15,6 +15,7 @@ local pack = table.pack or function(...) return { n = select("#", ...), ... } en
 local huge = math.huge
 local report_error, traceback = internal.report_error, internal.traceback
 local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
+local recycle = internal.recycle
 local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
@@ -63,13 +64,21 @@ end
 local function pass_error(err) return err end
 
 -- What run_drain passes to xpcall: run_batch, or on PUC 5.1, whose xpcall
--- passes f no arguments, a closure over them.
+-- passes f no arguments, a function that reads them from upvalues set just
+-- before (xpcall calls it at once; a closure per batch would be garbage).
 local batch_of
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
   batch_of = function() return run_batch end
 else
+  local next_drain, next_budget
+  local function run_next_batch()
+    local drain = next_drain
+    next_drain = nil                           -- holds no drain (nor its timer) past the call
+    return run_batch(drain, next_budget)
+  end
   batch_of = function(drain, budget)
-    return function() return run_batch(drain, budget) end
+    next_drain, next_budget = drain, budget
+    return run_next_batch
   end
 end
 
@@ -120,7 +129,9 @@ local function drain_timer(timer, max, spawn)
   if drain == nil then return 0 end            -- nothing due, or stopped
   local handler = has_on_error and pass_error or traceback
   if spawn then return spawn_all(drain, handler, max, spawn) end
-  return run_drain(drain, handler, max)
+  local ran = run_drain(drain, handler, max)
+  recycle(drain)                               -- the next poll's, unless it raised
+  return ran
 end
 
 local function arg_error(n, name, message)

@@ -59,7 +59,8 @@
 #define TIMER_UVS 4
 #define QUEUE_UV_ANCHORS 1
 #define QUEUE_UV_FREE_SLOTS 2
-#define QUEUE_UVS 2
+#define QUEUE_UV_IDLE_DRAIN 3   /* a finished poll's drain, for the next poll */
+#define QUEUE_UVS 3
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
@@ -144,12 +145,19 @@ typedef struct drain {
 
 /* Every function of the module has both metatables as upvalues: checking a
  * type is a pointer comparison, not a registry lookup by name. The third is
- * the state's state_timers. */
+ * the state's state_timers; the last, a C function that does nothing, for
+ * the probe (pushing a C function makes a closure on 5.1 and LuaJIT). */
 #define TIMER_MT_UPVALUE lua_upvalueindex(1)
 #define TIMEOUT_MT_UPVALUE lua_upvalueindex(2)
 #define STATE_TIMERS_UPVALUE lua_upvalueindex(3)
 #define DRAIN_MT_UPVALUE lua_upvalueindex(4)
-#define MODULE_UPVALUES 4
+#define DO_NOTHING_UPVALUE lua_upvalueindex(5)
+#define MODULE_UPVALUES 5
+
+static int do_nothing(lua_State *L) {
+  (void)L;
+  return 0;
+}
 
 static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
   void *object = lua_touserdata(L, idx);
@@ -504,6 +512,23 @@ static drain *new_drain(lua_State *L, int queue_idx) {
   return d;
 }
 
+/* The idle drain of the queue userdata at queue_idx, made ready for a new
+ * poll, or a new drain when there is none; left at the top. Reusing it
+ * spares each poll an allocation and, later, a finalizer call. */
+static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
+  queue_idx = lua_absindex(L, queue_idx);
+  compat_getuservalue(L, queue_idx, QUEUE_UV_IDLE_DRAIN);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return new_drain(L, queue_idx);
+  }
+  lua_pushnil(L);
+  compat_setuservalue(L, queue_idx, QUEUE_UV_IDLE_DRAIN);
+  drain *d = lua_touserdata(L, -1);
+  d->taken = 0;
+  return d;
+}
+
 /* Pushes the anchored Timeout `to` of the drain at index 1. */
 static void push_anchored(lua_State *L, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
@@ -534,7 +559,7 @@ static int internal_drain(lua_State *L) {
     return 1;
   }
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-  drain *d = new_drain(L, -1);
+  drain *d = idle_or_new_drain(L, -1);
   d->seq_limit = seq_limit;
   compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
   lua_pushboolean(L, !lua_isnil(L, -1));
@@ -660,6 +685,19 @@ static int internal_finish(lua_State *L) {
   return 0;
 }
 
+/* internal.recycle(drain): the poll that used it has returned. A poll's
+ * drain with nothing taken and unfinished becomes its queue's idle drain
+ * (the next poll's); it can take nothing until then. */
+static int internal_recycle(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  if (d->is_handoff || d->current || d->handed) return 0;
+  d->seq_limit = 0;
+  compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
+  lua_pushvalue(L, 1);
+  compat_setuservalue(L, -2, QUEUE_UV_IDLE_DRAIN);
+  return 0;
+}
+
 /* internal.current(drain) -> the Timeout taken and not finished (or nil),
  * and how many timeouts the drain has taken. */
 static int internal_current(lua_State *L) {
@@ -712,11 +750,6 @@ static int drain_gc(lua_State *L) {
   return 0;
 }
 
-static int do_nothing(lua_State *L) {
-  (void)L;
-  return 0;
-}
-
 /* internal.probe(): as deep in C calls and as wide on the Lua stack as a
  * task call of the dispatch loop, doing nothing. The loop calls it, as it
  * would call a task, before it takes anything, so that a poll nested in
@@ -724,7 +757,7 @@ static int do_nothing(lua_State *L) {
 static int internal_probe(lua_State *L) {
   if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
     luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
-  lua_pushcfunction(L, do_nothing);
+  lua_pushvalue(L, DO_NOTHING_UPVALUE);
   lua_call(L, 0, 0);
   return 0;
 }
@@ -1364,7 +1397,7 @@ static const luaL_Reg module_functions[] = {
 /* For lua/hwt.lua alone (core.internal; not exported by hwt). */
 static const luaL_Reg internal_functions[] = {
   {"drain", internal_drain}, {"take", internal_take}, {"args", internal_args},
-  {"finish", internal_finish},
+  {"finish", internal_finish}, {"recycle", internal_recycle},
   {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
@@ -1408,6 +1441,7 @@ int luaopen_hwt_core(lua_State *L) {
   make_internal_metatable(L, DRAIN_MT, drain_gc);
   push_state_timers(L);
   luaL_getmetatable(L, DRAIN_MT);
+  lua_pushcfunction(L, do_nothing);
   lua_newtable(L);
   int module_idx = lua_gettop(L);
   set_module_functions(L, mts_idx, module_functions);
