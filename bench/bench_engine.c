@@ -174,23 +174,20 @@ static void reference_schedule_floor(bench *b) {
   result("ref_schedule_floor", (double)(now_ns() - start) / (double)b->n);
 }
 
+static double process_cpu_ns(void) {
+  struct timespec cpu;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  return (double)cpu.tv_sec * (double)SEC + (double)cpu.tv_nsec;
+}
+
 /* The process CPU time one 1 ms sleep costs: entering the kernel, the
  * timer, the switch to idle and back. On a VM it is tens of microseconds. */
 static void reference_sleep_cpu(void) {
   enum { SLEEPS = 2000 };
   const struct timespec one_tick = {0, (long)TICK_NS};
-  struct timespec cpu0, cpu1;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+  double cpu0 = process_cpu_ns();
   for (int i = 0; i < SLEEPS; i++) clock_nanosleep(CLOCK_MONOTONIC, 0, &one_tick, NULL);
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
-  double cpu_ns = (double)(cpu1.tv_sec - cpu0.tv_sec) * (double)SEC + (double)(cpu1.tv_nsec - cpu0.tv_nsec);
-  result("ref_sleep_cpu", cpu_ns / SLEEPS);
-}
-
-static double process_cpu_ns(void) {
-  struct timespec cpu;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
-  return (double)cpu.tv_sec * (double)SEC + (double)cpu.tv_nsec;
+  result("ref_sleep_cpu", (process_cpu_ns() - cpu0) / SLEEPS);
 }
 
 /* The process CPU time of one engine wake-up, to set beside ref_sleep_cpu:
