@@ -236,10 +236,10 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
   }
 }
 
-/* Empties one slot at now_tick: due nodes go to `due`, the rest move down
+/* Empties one slot at now_tick: due nodes go to take(), the rest move down
  * (never into this slot). The list runs newest first, the hints oldest
  * first: the walk prefetches from the hints' end, PREFETCH_AHEAD ahead. */
-static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
+static void drain_slot(wheel *w, unsigned level, wheel_take take, void *ctx) {
   uint64_t slot = slot_index(w, level, w->now_tick);
   wheel_node *n = w->slots[level][slot];
   if (!n) return;
@@ -253,18 +253,26 @@ static void drain_slot(wheel *w, unsigned level, wheel_list *due) {
     if (unfetched) prefetch_node(hint[--unfetched]);
     wheel_node *next = n->next;
     w->count--;
-    if (!wheel_insert(w, n, n->deadline_tick)) wheel_list_push_back(due, n);
+    if (!wheel_insert(w, n, n->deadline_tick)) take(n, ctx);
     n = next;
   }
   if (h) clear_hints(h);
 }
 
-bool wheel_advance_event(wheel *w, uint64_t to_tick, wheel_list *due) {
+bool wheel_advance_event_each(wheel *w, uint64_t to_tick, wheel_take take, void *ctx) {
   uint64_t event_tick;
   if (!wheel_next_event(w, &event_tick) || event_tick > to_tick) return false;
   w->now_tick = event_tick;
-  for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, due);
+  for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, take, ctx);
   return true;
+}
+
+static void append_to_list(wheel_node *n, void *list) {
+  wheel_list_push_back(list, n);
+}
+
+bool wheel_advance_event(wheel *w, uint64_t to_tick, wheel_list *due) {
+  return wheel_advance_event_each(w, to_tick, append_to_list, due);
 }
 
 void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due) {

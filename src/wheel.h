@@ -99,6 +99,13 @@ void wheel_advance(wheel *w, uint64_t to_tick, wheel_list *due);
  * is none (the caller then moves time with wheel_advance). */
 bool wheel_advance_event(wheel *w, uint64_t to_tick, wheel_list *due);
 
+/* wheel_advance_event that hands each due node, unlinked, to take(node, ctx)
+ * instead: take runs while the walk has just brought the node into the
+ * cache, so it is the place to read what the caller needs from the node
+ * (a second walk over a long list of scattered nodes misses again). */
+typedef void (*wheel_take)(wheel_node *n, void *ctx);
+bool wheel_advance_event_each(wheel *w, uint64_t to_tick, wheel_take take, void *ctx);
+
 static inline void wheel_list_push_back(wheel_list *l, wheel_node *n) {
   n->next = NULL;
   n->prev = l->tail;
