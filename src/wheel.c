@@ -259,11 +259,14 @@ static void drain_slot(wheel *w, unsigned level, wheel_take take, void *ctx) {
   if (h) clear_hints(h);
 }
 
+/* Only the levels whose slot changes as time moves to event_tick can hold
+ * nodes there: the slot of a level that holds now_tick is always empty. */
 bool wheel_advance_event_each(wheel *w, uint64_t to_tick, wheel_take take, void *ctx) {
   uint64_t event_tick;
   if (!wheel_next_event(w, &event_tick) || event_tick > to_tick) return false;
+  unsigned top = level_for(w, event_tick);
   w->now_tick = event_tick;
-  for (unsigned level = w->levels; level-- > 0;) drain_slot(w, level, take, ctx);
+  for (unsigned level = top + 1; level-- > 0;) drain_slot(w, level, take, ctx);
   return true;
 }
 
