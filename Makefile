@@ -206,11 +206,12 @@ bench-floor: bench-deps
 bench-contract: bench-deps
 	@sh bench/contract.sh
 
-# CPU per wake-up: the contract's floor, timer:run() and a wait()/poll() loop,
-# alternated, three rounds (bench/wake.lua; W6 wakes about 10^4 times).
+# CPU per wake-up: the contract's floor, the core's calls alone, timer:run()
+# and a wait()/poll() loop, alternated, three rounds (bench/wake.lua; W6 wakes
+# about 10^4 times).
 bench-wake: bench-deps all
 	@sh bench/floor.sh build 2>/dev/null
-	@for round in 1 2 3; do for mode in floor run loop; do \
+	@for round in 1 2 3; do for mode in floor core run loop; do \
 	  LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);build/floor/$(LUA)/?.so;;' $(LUA) bench/wake.lua $$mode; \
 	  done; done
 

@@ -5,14 +5,18 @@
 --   run    hwt's timer:run()
 --   loop   hwt's `while timer:pending() > 0 do timer:wait(); timer:poll() end`
 --          (bench/lua_bench.lua's drain)
+--   core   the calls into the C core that poll() makes, from a bare Lua loop
+--          (hwt.core's internals; no error handling, no stack probe): what
+--          the Lua layer adds to a wake-up is loop's CPU minus this one
 -- Prints `RESULT wake <mode> cpu_us_per_wake <value>`: process CPU over the
 -- drain / N. W6 wakes about once a tick, so the difference between a mode
 -- and the floor, times W6's ~10^4 wake-ups, is what that mode costs W6 beyond
 -- its tasks. Run from the project root, after `sh bench/floor.sh build`:
 --   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;build/floor/lua5.4/?.so;;' \
---     lua5.4 bench/wake.lua <floor|run|loop> [N]
+--     lua5.4 bench/wake.lua <floor|run|loop|core> [N]
 local mode, n = arg[1], tonumber(arg[2] or 5000)
-assert(mode == "floor" or mode == "run" or mode == "loop", "usage: wake.lua <floor|run|loop> [N]")
+local modes = { floor = true, run = true, loop = true, core = true }
+assert(modes[mode], "usage: wake.lua <floor|run|loop|core> [N]")
 local hwt = require("hwt")
 local TICK = 0.001
 local ran = 0
@@ -33,8 +37,24 @@ else
   cpu0 = os.clock()
   if mode == "run" then
     timer:run()
-  else
+  elseif mode == "loop" then
     while timer:pending() > 0 do timer:wait(); timer:poll() end
+  else
+    local core = require("hwt.core")
+    local wait, drain_of, take = core.Timer.wait, core.internal.drain, core.internal.take
+    local finish, recycle = core.internal.finish, core.internal.recycle
+    while wait(timer) do
+      local drain = drain_of(timer)
+      if drain then
+        local fn, t, shape = take(drain)
+        while shape == 0 do
+          fn(t)
+          fn, t, shape = take(drain)
+        end
+        finish(drain)
+        recycle(drain)
+      end
+    end
   end
   cpu1 = os.clock()
 end
