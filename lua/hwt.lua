@@ -64,22 +64,18 @@ end
 local function pass_error(err) return err end
 
 -- What run_drain passes to xpcall: run_batch, or on PUC 5.1, whose xpcall
--- passes f no arguments, a function that reads them from upvalues set just
--- before (xpcall calls it at once; a closure per batch would be garbage).
-local batch_of
-if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) == 1 then
-  batch_of = function() return run_batch end
-else
+-- passes f no arguments, a function that reads them from upvalues that
+-- set_batch_args sets just before (xpcall calls it at once; a closure per
+-- batch would be garbage). Elsewhere set_batch_args is nil.
+local batch, set_batch_args = run_batch, nil
+if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) ~= 1 then
   local next_drain, next_budget
-  local function run_next_batch()
+  batch = function()
     local drain = next_drain
     next_drain = nil                           -- holds no drain (nor its timer) past the call
     return run_batch(drain, next_budget)
   end
-  batch_of = function(drain, budget)
-    next_drain, next_budget = drain, budget
-    return run_next_batch
-  end
+  set_batch_args = function(drain, budget) next_drain, next_budget = drain, budget end
 end
 
 -- Runs up to `max` tasks of the drain; returns how many ran. Each take()
@@ -90,7 +86,8 @@ end
 local function run_drain(drain, handler, max)
   local ran = 0
   while ran < max do
-    local ok, result, taken_in_batch = xpcall(batch_of(drain, max - ran), handler, drain, max - ran)
+    if set_batch_args then set_batch_args(drain, max - ran) end
+    local ok, result, taken_in_batch = xpcall(batch, handler, drain, max - ran)
     if ok then
       ran = ran + taken_in_batch
       if result == NOTHING then return ran end
@@ -138,12 +135,15 @@ local function arg_error(n, name, message)
   error(("bad argument #%d to '%s' (%s)"):format(n, name, message), 3)
 end
 
+local TIMER_METATABLE = "hwt.Timer"               -- what getmetatable() gives for a Timer
+
 local function is_timer(value)
-  return type(value) == "userdata" and getmetatable(value) == "hwt.Timer"
+  return type(value) == "userdata" and getmetatable(value) == TIMER_METATABLE
 end
 
+-- is_timer's test, written out: every poll() runs it.
 local function check_self(value, name)
-  if not is_timer(value) then
+  if type(value) ~= "userdata" or getmetatable(value) ~= TIMER_METATABLE then
     error(("calling '%s' on bad self (hwt.Timer expected, got %s)"):format(name, type_name(value)), 3)
   end
 end
