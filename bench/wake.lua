@@ -1,5 +1,5 @@
--- CPU per wake-up: N timeouts one tick apart (tick 1 ms), each with a task
--- that does nothing, drained three ways:
+-- CPU per wake-up: N timeouts, K due in each tick (tick 1 ms; K = 1 unless
+-- given), each with a task that does nothing, drained four ways:
 --   floor  floor_mod's run(): one C call that sleeps with clock_nanosleep
 --          until each tick and calls its task (no lock, no engine)
 --   run    hwt's timer:run()
@@ -9,20 +9,24 @@
 --          (hwt.core's internals; no error handling, no stack probe): what
 --          the Lua layer adds to a wake-up is loop's CPU minus this one
 -- Prints `RESULT wake <mode> cpu_us_per_wake <value>`: process CPU over the
--- drain / N. W6 wakes about once a tick, so the difference between a mode
--- and the floor, times W6's ~10^4 wake-ups, is what that mode costs W6 beyond
--- its tasks. Run from the project root, after `sh bench/floor.sh build`:
+-- drain / (N / K). W6 wakes about once a tick, so the difference between a
+-- mode and the floor, times W6's ~10^4 wake-ups, is what that mode costs W6
+-- beyond its tasks; with K = 20, as in W6, the same difference / K is what a
+-- mode adds per task. Run from the project root, after `sh bench/floor.sh build`:
 --   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;build/floor/lua5.4/?.so;;' \
---     lua5.4 bench/wake.lua <floor|run|loop|core> [N]
-local mode, n = arg[1], tonumber(arg[2] or 5000)
+--     lua5.4 bench/wake.lua <floor|run|loop|core> [N [K]]
+local mode, n, per_tick = arg[1], tonumber(arg[2] or 5000), tonumber(arg[3] or 1)
 local modes = { floor = true, run = true, loop = true, core = true }
-assert(modes[mode], "usage: wake.lua <floor|run|loop|core> [N]")
+assert(modes[mode] and per_tick and per_tick >= 1 and per_tick % 1 == 0,
+       "usage: wake.lua <floor|run|loop|core> [N [K]]")
 local hwt = require("hwt")
 local TICK = 0.001
 local ran = 0
 local function task() ran = ran + 1 end
 
-local function delay(i) return (i + 0.5) * TICK end    -- mid-tick: one tick each
+local function delay(i)                                  -- mid-tick
+  return (math.floor((i - 1) / per_tick) + 1.5) * TICK
+end
 
 local cpu0, cpu1
 if mode == "floor" then
@@ -59,4 +63,5 @@ else
   cpu1 = os.clock()
 end
 assert(ran == n, "not every task ran")
-io.write(string.format("RESULT wake %s cpu_us_per_wake %.2f\n", mode, (cpu1 - cpu0) / n * 1e6))
+local wakes = math.ceil(n / per_tick)
+io.write(string.format("RESULT wake %s cpu_us_per_wake %.2f\n", mode, (cpu1 - cpu0) / wakes * 1e6))
