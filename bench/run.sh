@@ -16,8 +16,9 @@
 #           W3 with one shared function and an argument per timeout
 #           (timer:timeout(d, on_timeout, conn)) instead of a closure each.
 #   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
-#   full runs the short throughput cells (W1-W3, W1s, W3s) three times each,
-#   round robin over the peers, and reports the median: these VMs are noisy.
+#   full runs every cell but W5's (an idle count) three times, round robin
+#   over the peers, and reports each figure's median: these VMs are noisy, and
+#   a single W6 round can put hwt on either side of Netty.
 #   W6 is given N/5 as its N (every peer receives the count it must schedule).
 # Output: a summary table (issue 13's layout, markdown) with the targets'
 # ratios, then the detailed table (hwt on $LUA against luv, heap and Netty).
@@ -116,7 +117,7 @@ PEERS="hwt hwtjit luv heap netty"
 run lua W0 "$N"          # closure floor (Lua alone; uses hwt.now() as its clock)
 run luajit W0 "$N"
 for w in W1 W1s W2 W3 W3s W4 W5 W6; do
-  case $w in W1|W1s|W2|W3|W3s) rounds=$REPEAT ;; *) rounds=1 ;; esac
+  case $w in W5) rounds=1 ;; *) rounds=$REPEAT ;; esac
   round=0
   while [ $round -lt $rounds ]; do
     round=$((round + 1))
@@ -221,7 +222,7 @@ END {
   if (PART == "head") {
     printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
     printf("One process per run; %s; load average before -> after: %s.\n",
-      REPEAT > 1 ? "W1-W3, W1s, W3s: median of " REPEAT " runs, the rest one run" : "one run each", LOAD)
+      REPEAT > 1 ? "every figure the median of " REPEAT " runs, W5 one run" : "one run each", LOAD)
     printf("hwt = %s; hwt LuaJIT = the same bench/lua_bench.lua workloads run by luajit.\n", LUANAME)
     printf("W1s/W3s = W1/W3 with one shared function and an argument per timeout, timer:timeout(d, on_timeout, conn)\n")
     printf("(luv: a uv timer each, one shared callback, no argument; heap: conn as payload; Netty: one shared TimerTask).\n")
