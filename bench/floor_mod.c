@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "lua.h"
@@ -78,6 +79,51 @@ static int setslot(lua_State *L) {
   if (p == NULL) return luaL_argerror(L, 1, "userdata expected");
   memcpy(p + sizeof slot, &slot, sizeof slot);
   return 0;
+}
+
+/* bench/call_boundary.lua's drain order: a random permutation of 1..n,
+ * handed out one index per call under a lock, as hwt's take hands out the
+ * next due task. One order per process. */
+static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
+static int32_t *drain_order;
+static int32_t order_next, order_count;
+
+/* set_order(n): a new permutation (xorshift64*, fixed seed); frees the last. */
+static int set_order(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1 || n > INT32_MAX) return luaL_argerror(L, 1, "n must be in 1..2^31-1");
+  int32_t *order = realloc(drain_order, (size_t)n * sizeof *order);
+  if (order == NULL) return luaL_error(L, "not enough memory");
+  uint64_t x = UINT64_C(0x9E3779B97F4A7C15);
+  for (int32_t i = 0; i < (int32_t)n; i++) order[i] = i + 1;
+  for (int32_t i = (int32_t)n - 1; i > 0; i--) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    int32_t j = (int32_t)((x * UINT64_C(0x2545F4914F6CDD1D)) % (uint64_t)(i + 1));
+    int32_t swap = order[i];
+    order[i] = order[j];
+    order[j] = swap;
+  }
+  drain_order = order;
+  order_next = 0;
+  order_count = (int32_t)n;
+  return 0;
+}
+
+/* The next index of the order, 0 once it is used up; exported for the FFI. */
+int32_t floor_next_index(void);
+int32_t floor_next_index(void) {
+  pthread_mutex_lock(&order_lock);
+  int32_t index = order_next < order_count ? drain_order[order_next++] : 0;
+  pthread_mutex_unlock(&order_lock);
+  return index;
+}
+
+/* next_index(): floor_next_index as a classic C function. */
+static int next_index(lua_State *L) {
+  lua_pushinteger(L, floor_next_index());
+  return 1;
 }
 
 /* ud:release(anchors): the least a cancel from Lua does: change the object
@@ -296,7 +342,8 @@ static int now(lua_State *L) {
 static const luaL_Reg funcs[] = {
   {"noop", noop},   {"noop2", noop2}, {"newud", newud}, {"ref", ref},
   {"unref", unref}, {"touch", touch}, {"now", now},     {"setslot", setslot},
-  {"newtimer", newtimer}, {NULL, NULL}
+  {"newtimer", newtimer}, {"set_order", set_order}, {"next_index", next_index},
+  {NULL, NULL}
 };
 
 int luaopen_floor_mod(lua_State *L) {
@@ -317,7 +364,7 @@ int luaopen_floor_mod(lua_State *L) {
   lua_setfield(L, -2, "run");
   lua_pushvalue(L, -1);
   lua_setfield(L, -2, "__index");
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 11);
   lua_insert(L, -2);
   luaL_setfuncs(L, funcs, 1); /* every function gets the metatable as upvalue 1 */
   return 1;
