@@ -1,7 +1,8 @@
 /* floor_mod: the bare building blocks a Lua timer library pays for (a C call,
  * a userdata with a user value and a metatable, a registry-style reference,
- * a cache miss, a cancel's lock and anchor), measured by bench/floor.lua,
- * and the contract's floor: a timer binding without its timer, run as
+ * a cache miss, a cancel's lock and anchor), measured by bench/floor.lua;
+ * the C call before each task, for bench/call_boundary.lua; and the
+ * contract's floor: a timer binding without its timer, run as
  * bench/lua_bench.lua's `contract` peer (bench/contract.sh). Builds against
  * Lua 5.4 and LuaJIT 2.1 (5.1 API); see bench/floor.sh. */
 #define _POSIX_C_SOURCE 200809L
@@ -88,7 +89,7 @@ static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
 static int32_t *drain_order;
 static int32_t order_next, order_count;
 
-/* set_order(n): a new permutation (xorshift64*, fixed seed); frees the last. */
+/* set_order(n): a new permutation (xorshift64*, fixed seed), in the last one's memory. */
 static int set_order(lua_State *L) {
   lua_Integer n = luaL_checkinteger(L, 1);
   if (n < 1 || n > INT32_MAX) return luaL_argerror(L, 1, "n must be in 1..2^31-1");
