@@ -134,10 +134,12 @@ asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUI
             $(OUT)/tsan/host_threads $(OUT)/asan/close_host $(OUT)/tsan/close_host
 
 # The plain half (busted specs, examples) on lua5.1, lua5.2, lua5.3 and
-# luajit, then the whole `make test` on lua5.4; one total.
+# luajit (whose specs also run under ASan+UBSan: its FFI take is C code of
+# its own), then the whole `make test` on lua5.4; one total.
 all-luas:
 	@for lua in $(OTHER_LUAS); do LUA=$$lua sh test/deps.sh || exit 1; \
 	  $(MAKE) --no-print-directory LUA=$$lua all || exit 1; done
+	@$(MAKE) --no-print-directory LUA=luajit $(BUILD)/luajit/asan/hwt/core.so
 
 test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh

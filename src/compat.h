@@ -39,7 +39,9 @@
 /* LuaJIT 2.1 (and OpenResty's luajit2) reports 501 but declares part of the
  * 5.2 API: luaL_setfuncs, luaL_setmetatable, luaL_traceback, ... Its lua.h
  * defines LUA_OK along with them; PUC 5.1 and LuaJIT 2.0 define neither. */
-#if !defined(LUA_OK)
+#if defined(LUA_OK)
+#define COMPAT_FFI 1            /* LuaJIT 2.1: scripts have its FFI */
+#else
 #define LUA_OK 0
 /* 5.2's luaL_setfuncs: each function gets the nup values below the table's
  * top as upvalues; they are popped. */

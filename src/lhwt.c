@@ -18,6 +18,8 @@
  * cannot call at the C stack limit). Nothing there holds the Timer itself,
  * so dropping a Timer still lets its __gc stop the queue, and for that the
  * functions a script gives (on_error, on_earlier's) hang on the Timer.
+ * On LuaJIT the anchor table also holds each anchored timeout's call, for
+ * the FFI take (see keep_call).
  * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
  * on_earlier watcher. Queue user values: 1 the anchor table, 2 the memory
  * of its free anchor slots. Timeout user
@@ -88,8 +90,14 @@ typedef struct anchor_slots {
   uint32_t *free;
   uint32_t free_count, used, capacity;
 } anchor_slots;
+#if COMPAT_FFI
+#define ANCHOR_STRIDE 2         /* a Timeout, then its task (see keep_call) */
+#else
+#define ANCHOR_STRIDE 1
+#endif
 #define ANCHOR_SLOTS_MIN 64
-#define ANCHOR_SLOTS_MAX (UINT32_C(1) << 30)   /* a slot is a table index (an int on 5.1) */
+/* A slot's entries are at table indexes, an int on 5.1. */
+#define ANCHOR_SLOTS_MAX ((UINT32_C(1) << 30) / ANCHOR_STRIDE)
 
 /* The queue userdata. */
 typedef struct lhwt_timer {
@@ -139,6 +147,9 @@ typedef struct drain {
   lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
+#if COMPAT_FFI
+  uint32_t released;            /* a slot the FFI take let go, until settled (see there) */
+#endif
 } drain;
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -176,6 +187,11 @@ static lhwt_timer *check_timer(lua_State *L, int idx) {
 
 static lhwt_timeout *check_timeout(lua_State *L, int idx) {
   return check_class(L, idx, TIMEOUT_MT_UPVALUE, TIMEOUT_MT);
+}
+
+static void set_integer_field(lua_State *L, const char *name, uint64_t value) {
+  lua_pushinteger(L, (lua_Integer)value);
+  lua_setfield(L, -2, name);
 }
 
 static double ns_to_seconds(uint64_t ns) {
@@ -242,6 +258,46 @@ static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int queue_idx) {
   slots->capacity = capacity;
 }
 
+/* How lua/hwt.lua calls a task: task(t) .. task(t, a, b) straight from the
+ * values take() returns (no vararg call on the common path), or, for a
+ * TimerTask or more arguments, with what internal.args() returns. */
+#define CALL_WITH_ARGS 3          /* 0, 1, 2: that many extra arguments */
+
+static int call_shape(const lhwt_timeout *to) {
+  return to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
+}
+
+/* Where slot `slot` keeps its Timeout in the anchor table. */
+static int anchor_index(uint32_t slot) {
+  return (int)((slot - 1) * ANCHOR_STRIDE + 1);
+}
+
+#if COMPAT_FFI
+/* On LuaJIT the anchor table also keeps each anchored timeout's call, for
+ * the FFI take's loop (lua/hwt.lua), which can read neither a userdata's
+ * environment nor a C function's stack: slot s holds the Timeout at 2s - 1
+ * and at 2s its task, or for shapes 1 and 2 its user value table, where the
+ * loop finds the task and the arguments. Written and cleared with the
+ * Timeout, in the table at hand. task_idx: the task's index, or 0 to read it
+ * from the Timeout's user values. */
+static void keep_call(lua_State *L, int anchors_idx, const lhwt_timeout *to, int timeout_idx,
+                      int task_idx) {
+  int shape = call_shape(to);
+  if (shape == 1 || shape == 2) compat_getuvtable(L, timeout_idx);
+  else if (task_idx) lua_pushvalue(L, task_idx);
+  else compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
+  lua_rawseti(L, anchors_idx, anchor_index(to->anchor) + 1);
+}
+
+static void drop_call(lua_State *L, int anchors_idx, uint32_t slot) {
+  lua_pushnil(L);
+  lua_rawseti(L, anchors_idx, anchor_index(slot) + 1);
+}
+#else
+#define keep_call(L, anchors_idx, to, timeout_idx, task_idx) ((void)0)
+#define drop_call(L, anchors_idx, slot) ((void)0)
+#endif
+
 /* Anchors the Timeout at the top (popped) in the anchor table at
  * anchors_idx, whose queue userdata is at queue_idx. */
 static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *to) {
@@ -250,7 +306,7 @@ static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *t
   if (slots->free_count == 0 && slots->used == slots->capacity)
     grow_anchor_slots(L, tm, queue_idx);
   to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
-  lua_rawseti(L, anchors_idx, (int)to->anchor);
+  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
 }
 
 /* Releases the anchor of a timeout of tm; a second call does nothing. */
@@ -258,7 +314,8 @@ static void unanchor(lua_State *L, lhwt_timer *tm, int anchors_idx, lhwt_timeout
   if (to->anchor == 0) return;
   anchor_slots *slots = &tm->slots;
   lua_pushnil(L);
-  lua_rawseti(L, anchors_idx, (int)to->anchor);
+  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
+  drop_call(L, anchors_idx, to->anchor);
   slots->free[slots->free_count++] = to->anchor;
   to->anchor = 0;
 }
@@ -532,7 +589,7 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
 /* Pushes the anchored Timeout `to` of the drain at index 1. */
 static void push_anchored(lua_State *L, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-  lua_rawgeti(L, -1, (int)to->anchor);
+  lua_rawgeti(L, -1, anchor_index(to->anchor));
   lua_remove(L, -2);
 }
 
@@ -567,15 +624,10 @@ static int internal_drain(lua_State *L) {
   return 2;
 }
 
-/* How lua/hwt.lua calls a task: task(t) .. task(t, a, b) straight from the
- * values take() returns (no vararg call on the common path), or, for a
- * TimerTask or more arguments, with what internal.args() returns. */
-#define CALL_WITH_ARGS 3          /* 0, 1, 2: that many extra arguments */
-
 /* Pushes the timeout's call: the task, the Timeout, its CALL_* shape and,
  * for shapes 0-2, the extra arguments. */
 static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
-  int shape = to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
+  int shape = call_shape(to);
   int uvs = compat_uservalues_open(L, timeout_idx);
   compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
   lua_pushvalue(L, timeout_idx);
@@ -611,6 +663,24 @@ static void finish_current(lua_State *L, drain *d) {
   after_finish(L, d, to, tq_finish(&to->node, d->current_seq));
 }
 
+#if COMPAT_FFI
+/* The slot the FFI take let go and Lua cleared (or, after an error, may not
+ * have): cleared here again, which changes nothing if it was, and given
+ * back. Drain at index 1. */
+static void settle_released(lua_State *L, drain *d) {
+  if (!d->released) return;
+  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, anchor_index(d->released));
+  drop_call(L, lua_gettop(L), d->released);
+  lua_pop(L, 1);
+  d->tm->slots.free[d->tm->slots.free_count++] = d->released;
+  d->released = 0;
+}
+#else
+#define settle_released(L, d) ((void)0)
+#endif
+
 static void make_current(drain *d, lhwt_timeout *to) {
   d->current = to;
   d->current_seq = to->node.seq;
@@ -644,6 +714,7 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d) {
  * timeout is always called. */
 static int internal_take(lua_State *L) {
   drain *d = check_drain(L, 1);
+  settle_released(L, d);
   if (d->is_handoff && d->current) return 0;  /* fn called again while its task runs */
   lhwt_timeout *to = NULL;
   if (d->handed) {
@@ -658,9 +729,82 @@ static int internal_take(lua_State *L) {
   }
   if (!to) return 0;
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);   /* stays below the results */
-  lua_rawgeti(L, -1, (int)to->anchor);
+  lua_rawgeti(L, -1, anchor_index(to->anchor));
   return push_call(L, lua_gettop(L), to);
 }
+
+#if COMPAT_FFI
+/* LuaJIT's take, through the FFI: a classic C call before each task costs a
+ * LuaJIT loop whose tasks miss the cache about 190 ns, an FFI call about 65
+ * (bench/call_boundary.lua). It does internal_take's step for a poll without
+ * the Lua API, and lua/hwt.lua reads the call from the anchor table (see
+ * keep_call). What
+ * needs the API it leaves to the classic take, before changing anything: a
+ * hand-off, a watcher to tell, a finish alone. A timeout it lets go loses its
+ * anchor slot here, but Lua clears the slot's entries: the slot waits in
+ * d->released, given back only by the next FFI take that Lua says the
+ * entries were cleared for (`cleared`), or by settle_released, so that no
+ * schedule can take it while the entries hold the old timeout.
+ * Returns the next timeout's slot (its call's shape in step[FFI_SHAPE];
+ * the slot let go, or 0, in step[FFI_RELEASED]), 0 when none is due,
+ * FFI_TAKE_CLASSIC to call the classic take. */
+#define FFI_TAKE_CLASSIC (-1)
+enum { FFI_RELEASED, FFI_SHAPE, FFI_STEP_SIZE };
+
+static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
+  lhwt_timer *tm = d->tm;
+  if (d->released) {
+    if ((uint32_t)cleared != d->released) return FFI_TAKE_CLASSIC;
+    tm->slots.free[tm->slots.free_count++] = d->released;
+    d->released = 0;
+  }
+  if (!d->seq_limit || d->handed || d->is_handoff || tm->has_watcher) return FFI_TAKE_CLASSIC;
+  lhwt_timeout *done = d->current, *to;
+  step[FFI_RELEASED] = 0;
+  if (!done) {
+    to = (lhwt_timeout *)tq_pop_due(&tm->queue, d->seq_limit);
+  } else {
+    d->current = NULL;
+    count_drain_out(done);
+    bool done_pending;
+    to = (lhwt_timeout *)tq_finish_and_pop(&done->node, d->current_seq, &done_pending, d->seq_limit);
+    if (!done_pending && done->drains == 0) {
+      d->released = (uint32_t)(step[FFI_RELEASED] = (int32_t)done->anchor);
+      done->anchor = 0;
+    }
+  }
+  if (!to) return 0;
+  make_current(d, to);
+  step[FFI_SHAPE] = call_shape(to);
+  return (int32_t)to->anchor;
+}
+
+/* internal.ffi_anchors(drain) -> its anchor table, for the FFI take's loop
+ * (which passes the drain itself: the FFI converts a userdata to its address
+ * in compiled code, a light userdata not). */
+static int internal_ffi_anchors(lua_State *L) {
+  check_drain(L, 1);
+  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
+  return 1;
+}
+
+/* Sets, in the internal table at the top, the FFI take's address and the
+ * numbers that go with it: ffi_layout has the indexes of the step array and,
+ * in a user value table, of the task and its first argument. */
+static void set_ffi_take(lua_State *L) {
+  lua_pushlightuserdata(L, (void *)(uintptr_t)ffi_take);
+  lua_setfield(L, -2, "ffi_take");
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, FFI_TAKE_CLASSIC);
+  lua_setfield(L, -2, "classic");
+  set_integer_field(L, "released", FFI_RELEASED);
+  set_integer_field(L, "shape", FFI_SHAPE);
+  set_integer_field(L, "step_size", FFI_STEP_SIZE);
+  set_integer_field(L, "task", TIMEOUT_UV_TASK);
+  set_integer_field(L, "first_arg", TIMEOUT_UV_ARGS);
+  lua_setfield(L, -2, "ffi_layout");
+}
+#endif
 
 /* internal.args(drain) -> whether the current timeout's task is a TimerTask
  * (task:run(...)), and its extra arguments. The probe made room for the
@@ -681,7 +825,9 @@ static int internal_args(lua_State *L) {
 }
 
 static int internal_finish(lua_State *L) {
-  finish_current(L, check_drain(L, 1));
+  drain *d = check_drain(L, 1);
+  settle_released(L, d);
+  finish_current(L, d);
   return 0;
 }
 
@@ -690,6 +836,7 @@ static int internal_finish(lua_State *L) {
  * (the next poll's); it can take nothing until then. */
 static int internal_recycle(lua_State *L) {
   drain *d = check_drain(L, 1);
+  settle_released(L, d);
   if (d->is_handoff || d->current || d->handed) return 0;
   d->seq_limit = 0;
   compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
@@ -745,6 +892,7 @@ static int internal_unhand(lua_State *L) {
 
 static int drain_gc(lua_State *L) {
   drain *d = lua_touserdata(L, 1);
+  settle_released(L, d);
   finish_current(L, d);
   give_back(L, d);
   return 0;
@@ -814,6 +962,7 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   int anchors_idx = queue_idx + 1;
   lua_pushvalue(L, timeout_idx);
   anchor(L, anchors_idx, queue_idx, to);
+  keep_call(L, anchors_idx, to, timeout_idx, 3);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
     if (tm->has_watcher) tell_if_earlier(L, tm, queue_idx, to);   /* not on the common path */
@@ -957,11 +1106,6 @@ static int timer_on_earlier(lua_State *L) {
   return 0;
 }
 
-static void set_integer_field(lua_State *L, const char *name, uint64_t value) {
-  lua_pushinteger(L, (lua_Integer)value);
-  lua_setfield(L, -2, name);
-}
-
 static int timer_stats(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   tq_stats stats;
@@ -992,19 +1136,27 @@ static int timer_stats(lua_State *L) {
   return 1;
 }
 
+/* Whether lua_next's entry (key at -2, value at -1) is a Timeout's anchor,
+ * and not a task that is a userdata too. */
+static bool at_anchor_entry(lua_State *L) {
+  return lua_type(L, -1) == LUA_TUSERDATA &&
+         (ANCHOR_STRIDE == 1 || lua_tointeger(L, -2) % ANCHOR_STRIDE == 1);
+}
+
 /* The Timeouts anchored in the table at anchors_idx: every one the engine
  * holds, and those that drains hold. */
+
 static size_t count_anchored(lua_State *L, int anchors_idx) {
   size_t count = 0;
   for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    count += lua_type(L, -1) == LUA_TUSERDATA;
+    count += at_anchor_entry(L);
   return count;
 }
 
 static void list_anchored(lua_State *L, int anchors_idx, timeout **out) {
   size_t i = 0;
   for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    if (lua_type(L, -1) == LUA_TUSERDATA) out[i++] = lua_touserdata(L, -1);
+    if (at_anchor_entry(L)) out[i++] = lua_touserdata(L, -1);
 }
 
 /* The anchored Timeouts in a malloc'd array (not Lua's allocator: this runs
@@ -1042,7 +1194,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   while ((n = wheel_list_pop_front(&ended))) {
     lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
     if (to->node.state == TIMEOUT_CANCELLED) {
-      lua_rawgeti(L, anchors_idx, (int)to->anchor);
+      lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
       lua_rawseti(L, result_idx, ++count);
     }
     if (to->drains == 0) unanchor(L, tm, anchors_idx, to);  /* else its drain's finish does */
@@ -1063,7 +1215,7 @@ static int timer_timeouts(lua_State *L) {
     return luaL_error(L, "not enough memory");
   lua_createtable(L, (int)kept, 0);
   for (size_t i = 0; i < kept; i++) {
-    lua_rawgeti(L, 2, (int)((lhwt_timeout *)held[i])->anchor);
+    lua_rawgeti(L, 2, anchor_index(((lhwt_timeout *)held[i])->anchor));
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
@@ -1282,6 +1434,7 @@ static int timeout_reset(lua_State *L) {
     compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
     lua_pushvalue(L, 1);
     anchor(L, 3, 2, to);
+    keep_call(L, 3, to, 1, 0);
   }
   int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
   if (result == TQ_OK) {
@@ -1402,7 +1555,11 @@ static const luaL_Reg internal_functions[] = {
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
   {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to},
-  {"clock_state", internal_clock_state}, {NULL, NULL}
+  {"clock_state", internal_clock_state},
+#if COMPAT_FFI
+  {"ffi_anchors", internal_ffi_anchors},
+#endif
+  {NULL, NULL}
 };
 
 /* Sets the functions of `functions` into the table at the top, each with the
@@ -1447,6 +1604,9 @@ int luaopen_hwt_core(lua_State *L) {
   set_module_functions(L, mts_idx, module_functions);
   lua_newtable(L);
   set_module_functions(L, mts_idx, internal_functions);
+#if COMPAT_FFI
+  set_ffi_take(L);
+#endif
   lua_setfield(L, module_idx, "internal");
   fill_class(L, mts_idx, mts_idx, TIMER_MT, timer_metamethods, timer_methods);
   lua_setfield(L, module_idx, "Timer");

@@ -15,7 +15,8 @@
 # LUA (default lua5.4) is the interpreter; HWT_OUT (default build/$LUA) holds
 # its builds: $HWT_OUT/hwt/core.so, $HWT_OUT/asan/hwt/core.so, ...
 # HWT_OTHER_LUAS="lua5.1 luajit ..." (make test-all-luas) first runs the plain
-# busted specs and examples on each of those (built in build/<lua>/), then
+# busted specs and examples on each of those (built in build/<lua>/; on
+# luajit the specs also under ASan+UBSan, build/luajit/asan/), then
 # everything above on $LUA; the last line totals them all.
 LUA=${LUA:-lua5.4}
 OUT=${HWT_OUT:-build/$LUA}
@@ -86,11 +87,22 @@ run_examples() {  # run_examples CPATH LABEL
   run_lua_scripts "$cpath" "$label" "" examples/*.lua
 }
 
-# The plain half on the other interpreters (make test-all-luas).
+sanitizer_runtime="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1"
+
+# The plain half on the other interpreters (make test-all-luas); on LuaJIT,
+# whose FFI take is C code of its own, the specs under ASan+UBSan too.
 main_lua=$LUA
 for LUA in ${HWT_OTHER_LUAS:-}; do
   run_busted "build/$LUA/?.so" "busted specs ($LUA)"
   run_examples "build/$LUA/?.so" "examples ($LUA)"
+  if [ "$LUA" = luajit ]; then
+    SANITIZER_ENV="LD_PRELOAD=$sanitizer_runtime"
+    run_busted "build/$LUA/asan/?.so" "busted specs ($LUA, asan+ubsan)"
+    SANITIZER_ENV=""
+  fi
 done
 LUA=$main_lua
 
@@ -107,17 +119,13 @@ if [ "${HWT_ONLY:-}" != asan ]; then
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then
-  runtime="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)"
-  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
-  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  export TSAN_OPTIONS="halt_on_error=1"
   run_c_tests build/asan
   run_c_tests build/tsan
   run_counted "tsan/host_threads ($LUA)" "$OUT/tsan/host_threads"
   run_counted "asan/close_host ($LUA)" "$OUT/asan/close_host" "$OUT/asan/?.so"
   run_counted "tsan/close_host ($LUA)" "$OUT/tsan/close_host"
   # Debian's lua is not instrumented: preload the runtimes for it alone.
-  SANITIZER_ENV="LD_PRELOAD=$runtime"
+  SANITIZER_ENV="LD_PRELOAD=$sanitizer_runtime"
   run_busted "$OUT/asan/?.so" "busted specs ($LUA, asan+ubsan)"
   run_examples "$OUT/asan/?.so" "examples ($LUA, asan+ubsan)"
   # shellcheck disable=SC2086
