@@ -107,10 +107,10 @@ end
 
 local function pass_error(err) return err end
 
--- What run_drain passes to xpcall: run_batch, or on PUC 5.1, whose xpcall
--- passes f no arguments, a function that reads them from upvalues that
--- set_batch_args sets just before (xpcall calls it at once; a closure per
--- batch would be garbage). Elsewhere set_batch_args is nil.
+-- What a poll's run_drain passes to xpcall: dispatch_batch, or on PUC 5.1,
+-- whose xpcall passes f no arguments, a function that reads them from
+-- upvalues that set_batch_args sets just before (xpcall calls it at once; a
+-- closure per batch would be garbage). Elsewhere set_batch_args is nil.
 local batch, set_batch_args = dispatch_batch, nil
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) ~= 1 then
   local next_drain, next_budget
@@ -121,17 +121,20 @@ if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)
   end
   set_batch_args = function(drain, budget) next_drain, next_budget = drain, budget end
 end
+-- A hand-off runs one task, which the FFI take would leave to the classic one.
+local handoff_batch = set_batch_args and batch or run_batch
 
--- Runs up to `max` tasks of the drain; returns how many ran. Each take()
+-- Runs up to `max` tasks of the drain, in batches of drain_batch (batch, or
+-- handoff_batch); returns how many ran. Each take()
 -- first finishes the task before it, so after a failed batch every task
 -- taken but the last has returned: the drain's count of what it took tells
 -- a task's error (it took one since the last count) from a failure before a
 -- take (it took none), and counts the failed task as run.
-local function run_drain(drain, handler, max)
+local function run_drain(drain, handler, max, drain_batch)
   local ran = 0
   while ran < max do
     if set_batch_args then set_batch_args(drain, max - ran) end
-    local ok, result, taken_in_batch = xpcall(batch, handler, drain, max - ran)
+    local ok, result, taken_in_batch = xpcall(drain_batch, handler, drain, max - ran)
     if ok then
       ran = ran + taken_in_batch
       if result == NOTHING then return ran end
@@ -155,7 +158,7 @@ local function spawn_all(drain, handler, max, spawn)
   while handed < max do
     local handoff = hand(drain)
     if handoff == nil then break end
-    local ok, err = pcall(spawn, function() run_drain(handoff, handler, 1) end)
+    local ok, err = pcall(spawn, function() run_drain(handoff, handler, 1, handoff_batch) end)
     if not ok then
       unhand(handoff)                          -- back to due, unless it started
       error(err, 0)
@@ -170,7 +173,7 @@ local function drain_timer(timer, max, spawn)
   if drain == nil then return 0 end            -- nothing due, or stopped
   local handler = has_on_error and pass_error or traceback
   if spawn then return spawn_all(drain, handler, max, spawn) end
-  local ran = run_drain(drain, handler, max)
+  local ran = run_drain(drain, handler, max, batch)
   recycle(drain)                               -- the next poll's, unless it raised
   return ran
 end
