@@ -309,14 +309,23 @@ static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *t
   lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
 }
 
+/* Empties the slot's entries in the anchor table at anchors_idx. */
+static void clear_slot(lua_State *L, int anchors_idx, uint32_t slot) {
+  lua_pushnil(L);
+  lua_rawseti(L, anchors_idx, anchor_index(slot));
+  drop_call(L, anchors_idx, slot);
+}
+
+/* Puts an emptied slot on tm's free list (never full: see anchor_slots). */
+static void give_back_slot(lhwt_timer *tm, uint32_t slot) {
+  tm->slots.free[tm->slots.free_count++] = slot;
+}
+
 /* Releases the anchor of a timeout of tm; a second call does nothing. */
 static void unanchor(lua_State *L, lhwt_timer *tm, int anchors_idx, lhwt_timeout *to) {
   if (to->anchor == 0) return;
-  anchor_slots *slots = &tm->slots;
-  lua_pushnil(L);
-  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
-  drop_call(L, anchors_idx, to->anchor);
-  slots->free[slots->free_count++] = to->anchor;
+  clear_slot(L, anchors_idx, to->anchor);
+  give_back_slot(tm, to->anchor);
   to->anchor = 0;
 }
 
@@ -670,11 +679,9 @@ static void finish_current(lua_State *L, drain *d) {
 static void settle_released(lua_State *L, drain *d) {
   if (!d->released) return;
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-  lua_pushnil(L);
-  lua_rawseti(L, -2, anchor_index(d->released));
-  drop_call(L, lua_gettop(L), d->released);
+  clear_slot(L, lua_gettop(L), d->released);
   lua_pop(L, 1);
-  d->tm->slots.free[d->tm->slots.free_count++] = d->released;
+  give_back_slot(d->tm, d->released);
   d->released = 0;
 }
 #else
@@ -755,7 +762,7 @@ static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
   lhwt_timer *tm = d->tm;
   if (d->released) {
     if ((uint32_t)cleared != d->released) return FFI_TAKE_CLASSIC;
-    tm->slots.free[tm->slots.free_count++] = d->released;
+    give_back_slot(tm, d->released);
     d->released = 0;
   }
   if (!d->seq_limit || d->handed || d->is_handoff || tm->has_watcher) return FFI_TAKE_CLASSIC;
