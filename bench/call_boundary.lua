@@ -5,12 +5,14 @@
 --   classic  the index comes from a classic C function (lua_CFunction)
 --   ffi      (LuaJIT) the same C function, called through the FFI
 --   none     the same order read from a Lua array: no call, no lock
+--   c_loop   a C function takes each index and calls the task (lua_callk
+--            on Lua 5.3+, so that a task could yield; lua_call below)
 -- Prints `RESULT boundary <mode> ns_per_task <value>` (CPU time / N).
 -- Run from the project root, after `sh bench/floor.sh build`:
 --   LUA_CPATH='build/floor/luajit/?.so;;' luajit bench/call_boundary.lua <classic|ffi|none> [N]
 local mode, n = arg[1], tonumber(arg[2] or 1000000)
-local modes = { classic = true, ffi = jit ~= nil, none = true }
-assert(modes[mode], "usage: call_boundary.lua <classic|ffi (LuaJIT)|none> [N]")
+local modes = { classic = true, ffi = jit ~= nil, none = true, c_loop = true }
+assert(modes[mode], "usage: call_boundary.lua <classic|ffi (LuaJIT)|none|c_loop> [N]")
 local floor = require("floor_mod")
 
 local late, deadline = {}, {}
@@ -37,6 +39,8 @@ collectgarbage()
 local cpu0 = os.clock()
 if order then
   for k = 1, n do tasks[order[k]]() end
+elseif mode == "c_loop" then
+  floor.call_in_order(tasks)
 else
   while true do
     local i = next_index()

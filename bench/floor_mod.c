@@ -127,6 +127,36 @@ static int next_index(lua_State *L) {
   return 1;
 }
 
+/* call_in_order(tasks): calls tasks[i]() for each index of the order, from
+ * C, as a C dispatch loop would. On Lua 5.3+ each call is a lua_callk, so
+ * that a task may yield: the continuation goes on with the next index. */
+#if LUA_VERSION_NUM >= 503
+static int call_in_order_from(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  for (int32_t i; (i = floor_next_index()) != 0;) {
+    lua_rawgeti(L, 1, i);
+    lua_callk(L, 0, 0, 0, call_in_order_from);
+  }
+  return 0;
+}
+#else
+static int call_in_order_from(lua_State *L, int status, int ctx) {
+  (void)status;
+  (void)ctx;
+  for (int32_t i; (i = floor_next_index()) != 0;) {
+    lua_rawgeti(L, 1, i);
+    lua_call(L, 0, 0);
+  }
+  return 0;
+}
+#endif
+
+static int call_in_order(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  return call_in_order_from(L, 0, 0);
+}
+
 /* ud:release(anchors): the least a cancel from Lua does: change the object
  * under a lock (a timer's thread may be making it due meanwhile), then clear
  * its anchor slot. */
@@ -344,6 +374,7 @@ static const luaL_Reg funcs[] = {
   {"noop", noop},   {"noop2", noop2}, {"newud", newud}, {"ref", ref},
   {"unref", unref}, {"touch", touch}, {"now", now},     {"setslot", setslot},
   {"newtimer", newtimer}, {"set_order", set_order}, {"next_index", next_index},
+  {"call_in_order", call_in_order},
   {NULL, NULL}
 };
 
