@@ -24,15 +24,15 @@ local type_name, is_callable = checks.type_name, checks.is_callable
 local backoff_options, backoff_wait = checks.backoff_options, checks.backoff_wait
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
--- Each task is called here, in Lua, under xpcall: so it may yield wherever
--- the coroutine that called poll() could (Lua 5.2+ and LuaJIT yield across
--- xpcall; PUC 5.1 cannot, and the yield is the task's error). The core's
+-- Each task is called under xpcall, by a loop here or, on Lua 5.3+, by the
+-- core's loop in C with lua_callk: so it may yield wherever the coroutine
+-- that called poll() could (Lua 5.2+ and LuaJIT yield across xpcall; PUC 5.1
+-- cannot, and the yield is the task's error). The core's
 -- `take` starts the next due timeout inside the protected call, and records
 -- it in the drain, so that a timeout taken is always called, and always
 -- finished: by the next `take`, by `finish`, or by the drain's finalizer if
 -- the coroutine is dropped while the task is suspended.
 
-local NOTHING = {}              -- what run_batch returns when nothing was due
 local CALL_WITH_ARGS = 3        -- take()'s shape for a TimerTask or > 2 arguments
 
 local function call_with_args(task, t, is_method, ...)
@@ -40,15 +40,16 @@ local function call_with_args(task, t, is_method, ...)
   return task(t, ...)
 end
 
--- Runs up to `budget` tasks in one protected call; returns NOTHING when
--- nothing more is due, and how many tasks it took. One xpcall per batch, not
--- per task: a task's error ends the batch, and run_drain starts the next.
+-- Runs up to `budget` tasks in one protected call; returns whether nothing
+-- more is due, and how many tasks it took. One xpcall per batch, not per
+-- task: a task's error ends the batch, and run_drain starts the next.
 -- Before it takes anything it calls probe(), as deep as a task call: a
 -- batch that could not call a task (poll() nested in tasks past the C stack
 -- or the Lua stack) fails there, with nothing taken. take() gives a task
 -- with up to 2 arguments as plain values, so that the common call is not a
--- vararg one.
-local function run_batch(drain, budget)
+-- vararg one. On Lua 5.3+ the core has this loop in C (internal.run_batch),
+-- where a task can yield too.
+local run_batch = internal.run_batch or function(drain, budget)
   probe()
   for n = 1, budget do
     local task, t, shape, a, b = take(drain)
@@ -56,9 +57,9 @@ local function run_batch(drain, budget)
     elseif shape == 1 then task(t, a)
     elseif shape == 2 then task(t, a, b)
     elseif shape == CALL_WITH_ARGS then call_with_args(task, t, args_of(drain))
-    else return NOTHING, n - 1 end
+    else return true, n - 1 end
   end
-  return nil, budget
+  return false, budget
 end
 
 -- On LuaJIT the take is an FFI call (a classic one before each task costs a
@@ -97,11 +98,11 @@ if internal.ffi_take then
         elseif shape == 1 then call[TASK](t, call[FIRST_ARG])
         elseif shape == 2 then call[TASK](t, call[FIRST_ARG], call[SECOND_ARG])
         else call_with_args(call, t, args_of(drain)) end
-      elseif slot == 0 or run_batch(drain, 1) == NOTHING then
-        return NOTHING, n - 1
+      elseif slot == 0 or run_batch(drain, 1) then
+        return true, n - 1
       end
     end
-    return nil, budget
+    return false, budget
   end
 end
 
@@ -137,7 +138,7 @@ local function run_drain(drain, handler, max, drain_batch)
     local ok, result, taken_in_batch = xpcall(drain_batch, handler, drain, max - ran)
     if ok then
       ran = ran + taken_in_batch
-      if result == NOTHING then return ran end
+      if result then return ran end              -- nothing more is due
     else
       local t, taken = current(drain)
       if taken == ran then                       -- failed before it took one

@@ -116,6 +116,11 @@ static inline int compat_uservalues_open(lua_State *L, int idx) {
 
 #endif
 
+/* lua_callk with 5.3's continuation (5.2's takes a lua_CFunction). */
+#if LUA_VERSION_NUM >= 503
+#define COMPAT_CALLK 1
+#endif
+
 #if LUA_VERSION_NUM >= 503
 #define compat_tointegerx(L, idx, is_integer) lua_tointegerx(L, idx, is_integer)
 #define compat_optinteger(L, idx, def) luaL_optinteger(L, idx, def)

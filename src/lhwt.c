@@ -715,14 +715,11 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d) {
   return to;
 }
 
-/* internal.take(drain) -> finishes the drain's current timeout, then
- * returns the next one's call (see push_call), now started and current;
- * nothing when there is none. Raises nothing after the start, so a taken
- * timeout is always called. */
-static int internal_take(lua_State *L) {
-  drain *d = check_drain(L, 1);
+/* Finishes the current timeout of the drain `d` (at index 1) and makes the
+ * next one current, started; returns it, or NULL when there is none. */
+static lhwt_timeout *take_next(lua_State *L, drain *d) {
   settle_released(L, d);
-  if (d->is_handoff && d->current) return 0;  /* fn called again while its task runs */
+  if (d->is_handoff && d->current) return NULL;  /* fn called again while its task runs */
   lhwt_timeout *to = NULL;
   if (d->handed) {
     to = tq_start(&d->handed->node, d->handed_seq) ? d->handed : NULL;
@@ -734,6 +731,15 @@ static int internal_take(lua_State *L) {
   } else {
     finish_current(L, d);
   }
+  return to;
+}
+
+/* internal.take(drain) -> finishes the drain's current timeout, then
+ * returns the next one's call (see push_call), now started and current;
+ * nothing when there is none. Raises nothing after the start, so a taken
+ * timeout is always called. */
+static int internal_take(lua_State *L) {
+  lhwt_timeout *to = take_next(L, check_drain(L, 1));
   if (!to) return 0;
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);   /* stays below the results */
   lua_rawgeti(L, -1, anchor_index(to->anchor));
@@ -909,13 +915,89 @@ static int drain_gc(lua_State *L) {
  * task call of the dispatch loop, doing nothing. The loop calls it, as it
  * would call a task, before it takes anything, so that a poll nested in
  * tasks past the C stack or the Lua stack raises without taking a timeout. */
-static int internal_probe(lua_State *L) {
+static void probe_task_call(lua_State *L) {
   if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
     luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
   lua_pushvalue(L, DO_NOTHING_UPVALUE);
   lua_call(L, 0, 0);
+}
+
+static int internal_probe(lua_State *L) {
+  probe_task_call(L);
   return 0;
 }
+
+#if COMPAT_CALLK
+/* The dispatch loop in C, for Lua 5.3+: it calls each task with lua_callk,
+ * whose continuation goes on with the loop after a task that yielded, so
+ * that a task may yield as it may from the Lua loop. A task then needs no
+ * call into C before it: with its lock and its results, that call costs a
+ * loop whose tasks miss the cache about 150 ns a task on Lua 5.4
+ * (bench/call_boundary.lua, classic against c_loop). Lua 5.1 and LuaJIT
+ * cannot yield across a C call, so they keep the loop in lua/hwt.lua. */
+
+/* Pushes the call of the timeout `to`, just taken: the function, the
+ * Timeout and the arguments; returns how many arguments. As in
+ * internal_args, a stack the collector shrank since the probe can only fail
+ * to grow for memory, and that is this task's error. */
+static int push_task_call(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
+  if (TAKE_SLOTS + to->nargs > LUA_MINSTACK && !lua_checkstack(L, TAKE_SLOTS + to->nargs))
+    luaL_error(L, "not enough memory");
+  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
+  int timeout_idx = lua_gettop(L);
+  int uvs = compat_uservalues_open(L, timeout_idx);
+  compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
+  if (to->run_method) {                       /* task:run(t, ...) */
+    lua_getfield(L, -1, "run");
+    lua_insert(L, -2);
+  }
+  lua_pushvalue(L, timeout_idx);
+  for (int i = 0; i < to->nargs; i++) compat_uv_get(L, uvs, TIMEOUT_UV_ARGS + i);
+  compat_uservalues_close(L, uvs);
+  return to->run_method + 1 + to->nargs;
+}
+
+/* internal.run_batch's stack: the drain, the budget, the anchor table. */
+enum { BATCH_DRAIN_IDX = 1, BATCH_BUDGET_IDX, BATCH_ANCHORS_IDX };
+
+static lua_Integer batch_budget(lua_State *L) {
+  lua_Number budget = lua_tonumber(L, BATCH_BUDGET_IDX);
+  return budget < (lua_Number)LUA_MAXINTEGER ? (lua_Integer)budget : LUA_MAXINTEGER;
+}
+
+static int batch_result(lua_State *L, bool nothing_due, lua_Integer taken) {
+  lua_pushboolean(L, nothing_due);
+  lua_pushinteger(L, taken);
+  return 2;
+}
+
+/* The loop from the batch's (taken + 1)th task on; also the continuation of
+ * a task that yielded, the one before it. */
+static int run_batch_from(lua_State *L, int status, lua_KContext taken) {
+  (void)status;
+  drain *d = lua_touserdata(L, BATCH_DRAIN_IDX);
+  lua_Integer budget = batch_budget(L);
+  for (; taken < budget; taken++) {
+    lua_settop(L, BATCH_ANCHORS_IDX);
+    lhwt_timeout *to = take_next(L, d);
+    if (!to) return batch_result(L, true, taken);
+    int nargs = push_task_call(L, BATCH_ANCHORS_IDX, to);
+    lua_callk(L, nargs, 0, taken + 1, run_batch_from);
+  }
+  return batch_result(L, false, budget);
+}
+
+/* internal.run_batch(drain, budget) -> whether nothing more is due, and how
+ * many tasks it took: lua/hwt.lua's run_batch, in C (see there). */
+static int internal_run_batch(lua_State *L) {
+  check_drain(L, BATCH_DRAIN_IDX);
+  luaL_checknumber(L, BATCH_BUDGET_IDX);
+  lua_settop(L, BATCH_BUDGET_IDX);
+  probe_task_call(L);
+  compat_getuservalue(L, BATCH_DRAIN_IDX, DRAIN_UV_ANCHORS);
+  return run_batch_from(L, LUA_OK, 0);
+}
+#endif
 
 /* ---- Timer ------------------------------------------------------------ */
 
@@ -1565,6 +1647,9 @@ static const luaL_Reg internal_functions[] = {
   {"clock_state", internal_clock_state},
 #if COMPAT_FFI
   {"ffi_anchors", internal_ffi_anchors},
+#endif
+#if COMPAT_CALLK
+  {"run_batch", internal_run_batch},
 #endif
   {NULL, NULL}
 };
