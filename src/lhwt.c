@@ -1,7 +1,8 @@
 /*
  * lhwt.c — the Lua binding, module hwt.core. No threads of its own and no
  * wheel logic: it checks arguments, anchors Lua values and gives lua/hwt.lua
- * the steps of running tasks (the tasks are called from Lua: see dispatch).
+ * the steps of running tasks, or on Lua 5.3+ the loop that calls them (see
+ * dispatch).
  *
  * Memory: the engine links two kinds of Lua memory. A Timeout userdata
  * embeds its `timeout` node; while the node is pending, due or running, the
@@ -462,9 +463,10 @@ static bool state_can_stop_timers(lua_State *L, state_timers *home) {
 
 /* ---- dispatch ---------------------------------------------------------
  *
- * Tasks are called from Lua (lua/hwt.lua), never by lua_pcall from here, so
- * that a task may yield wherever its caller could (LuaJIT cannot yield
- * across a C call at all). This section gives that loop its steps. A drain
+ * Tasks are called from a Lua loop (lua/hwt.lua) or, on Lua 5.3+, from a C
+ * loop with lua_callk (internal_run_batch), never by lua_pcall from here, so
+ * that a task may yield wherever its caller could (LuaJIT and 5.1 cannot
+ * yield across a C call at all). This section gives the loop its steps. A drain
  * is one draining call's hold on what it takes: a poll's drain takes due
  * timeouts scheduled before it began; a hand-off's drain holds one timeout
  * handed to `spawn` and starts it once. take() records the timeout it takes
@@ -960,14 +962,18 @@ static int push_task_call(lua_State *L, int anchors_idx, const lhwt_timeout *to)
 /* internal.run_batch's stack: the drain, the budget, the anchor table. */
 enum { BATCH_DRAIN_IDX = 1, BATCH_BUDGET_IDX, BATCH_ANCHORS_IDX };
 
-static lua_Integer batch_budget(lua_State *L) {
+/* The budget as a count the continuation's context can hold: a larger one
+ * (poll() with no max is math.huge) ends the batch early, and run_drain
+ * starts the next. */
+static lua_KContext batch_budget(lua_State *L) {
+  const lua_Number most = (lua_Number)(INTPTR_MAX < LUA_MAXINTEGER ? INTPTR_MAX : LUA_MAXINTEGER);
   lua_Number budget = lua_tonumber(L, BATCH_BUDGET_IDX);
-  return budget < (lua_Number)LUA_MAXINTEGER ? (lua_Integer)budget : LUA_MAXINTEGER;
+  return budget < most ? (lua_KContext)budget : (lua_KContext)most;
 }
 
-static int batch_result(lua_State *L, bool nothing_due, lua_Integer taken) {
+static int batch_result(lua_State *L, bool nothing_due, lua_KContext taken) {
   lua_pushboolean(L, nothing_due);
-  lua_pushinteger(L, taken);
+  lua_pushinteger(L, (lua_Integer)taken);
   return 2;
 }
 
@@ -976,7 +982,7 @@ static int batch_result(lua_State *L, bool nothing_due, lua_Integer taken) {
 static int run_batch_from(lua_State *L, int status, lua_KContext taken) {
   (void)status;
   drain *d = lua_touserdata(L, BATCH_DRAIN_IDX);
-  lua_Integer budget = batch_budget(L);
+  lua_KContext budget = batch_budget(L);
   for (; taken < budget; taken++) {
     lua_settop(L, BATCH_ANCHORS_IDX);
     lhwt_timeout *to = take_next(L, d);
