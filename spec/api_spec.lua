@@ -1223,6 +1223,21 @@ describe("errors in tasks", function()
     assert.is_true(rawequal(t, reports[1][2]))
   end)
 
+  it("a TimerTask whose run is gone when it falls due: on_error gets an error naming 'run'", function()
+    local reports = {}
+    local timer = manual({ on_error = function(err, t) reports[#reports + 1] = { err, t } end })
+    local tt = { run = function() end }
+    local t = timer:timeout(0, tt)
+    local ran = false
+    timer:timeout(0, function() ran = true end)
+    tt.run = nil
+    assert.are.equal(2, timer:poll())
+    assert.are.equal(1, #reports)
+    assert.matches("'run'", reports[1][1])
+    assert.is_true(rawequal(t, reports[1][2]))
+    assert.is_true(ran)
+  end)
+
   it("tasks can use the timer from on_error", function()
     local timer
     local retried = false

@@ -951,6 +951,8 @@ static int push_task_call(lua_State *L, int anchors_idx, const lhwt_timeout *to)
   compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
   if (to->run_method) {                       /* task:run(t, ...) */
     lua_getfield(L, -1, "run");
+    if (!is_callable(L, -1))
+      luaL_error(L, "the TimerTask's 'run' is a %s, not a function", luaL_typename(L, -1));
     lua_insert(L, -2);
   }
   lua_pushvalue(L, timeout_idx);
