@@ -936,7 +936,8 @@ static int internal_probe(lua_State *L) {
  * call into C before it: with its lock and its results, that call costs a
  * loop whose tasks miss the cache about 150 ns a task on Lua 5.4
  * (bench/call_boundary.lua, classic against c_loop). Lua 5.1 and LuaJIT
- * cannot yield across a C call, so they keep the loop in lua/hwt.lua. */
+ * cannot yield across a C call, and 5.2's lua_callk has a continuation of
+ * another shape: they keep the loop in lua/hwt.lua. */
 
 /* Pushes the call of the timeout `to`, just taken: the function, the
  * Timeout and the arguments; returns how many arguments. As in
@@ -952,7 +953,7 @@ static int push_task_call(lua_State *L, int anchors_idx, const lhwt_timeout *to)
   if (to->run_method) {                       /* task:run(t, ...) */
     lua_getfield(L, -1, "run");
     if (!is_callable(L, -1))
-      luaL_error(L, "the TimerTask's 'run' is a %s, not a function", luaL_typename(L, -1));
+      luaL_error(L, "TimerTask's 'run' method: function expected, got %s", luaL_typename(L, -1));
     lua_insert(L, -2);
   }
   lua_pushvalue(L, timeout_idx);
