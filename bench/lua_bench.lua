@@ -1,7 +1,7 @@
 -- Side-by-side timer benchmark: one (peer, workload) per process.
 --   lua5.4 bench/lua_bench.lua <peer> <workload> <N> [seconds]
 --   luajit bench/lua_bench.lua <peer> <workload> <N> [seconds]
--- peer: hwt | luv | heap | contract | lua (lua = reference rows only: W0
+-- peer: hwt | luv | heap | timerwheel | contract | lua (lua = reference rows only: W0
 -- closure floor; contract = the API's floor, see peers.contract)
 -- workload: W0 W1 W1s W2 W3 W3s W4 W5 W6 (see bench/run.sh; W6 takes its N as
 -- given, run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
@@ -275,6 +275,58 @@ peers.heap = {
       end
     end
   end,
+  idle = function(ctx, seconds)                 -- the heap scheduler's loop
+    local heap, sleep = ctx.heap, uv.sleep
+    local stop_at = now() + seconds
+    while true do
+      local t = now()
+      if t >= stop_at then break end
+      local _, deadline = heap:peek()
+      local wake = deadline < stop_at and deadline or stop_at
+      sleep(ceil((wake - t) * 1000))
+    end
+  end,
+}
+
+-- timerwheel.lua (Tieske's, a pure-Lua wheel; run on LuaJIT by run.sh when
+-- TIMERWHEEL_DIR holds its source, src/timerwheel/init.lua: Debian does not
+-- package it). Slots of `tick` seconds (its precision), its default ring of
+-- 72000 slots, hwt.now as its clock. Its callbacks get one argument, the
+-- arg given to set(). It has no loop of its own: drain() calls step() and
+-- sleeps with uv.sleep until the next occupied slot (peek, which scans the
+-- slots ahead, so it looks at most a second ahead), as the heap's loop does.
+local timerwheel
+peers.timerwheel = {
+  new = function(tick)
+    need_luv()
+    local ok, mod = pcall(require, "timerwheel")
+    if not ok then io.stderr:write("timerwheel missing: ", tostring(mod), "\n"); os.exit(3) end
+    timerwheel = mod
+    return { wheel = timerwheel.new({ precision = tick or 0.001, now = now }) }
+  end,
+  schedule = function(ctx, delay, fn) return ctx.wheel:set(delay, fn) end,
+  cancel = function(ctx, id) ctx.wheel:cancel(id) end,
+  schedule_arg = function(ctx, delay, fn, arg) return ctx.wheel:set(delay, fn, arg) end,
+  cancel_arg = function(ctx, id) ctx.wheel:cancel(id) end,
+  drain = function(ctx)
+    local wheel, sleep = ctx.wheel, uv.sleep
+    while wheel:count() > 0 do
+      wheel:step()
+      local wait = wheel:peek(1) or 1
+      if wait > 0 then sleep(ceil(wait * 1000)) end
+    end
+  end,
+  idle = function(ctx, seconds)
+    local wheel, sleep = ctx.wheel, uv.sleep
+    local stop_at = now() + seconds
+    while true do
+      local t = now()
+      if t >= stop_at then break end
+      wheel:step()
+      local wait = wheel:peek(stop_at - t) or (stop_at - t)
+      sleep(ceil(wait * 1000))
+    end
+  end,
 }
 
 -- The contract's floor (bench/floor_mod.c, built by bench/floor.sh): what
@@ -536,16 +588,8 @@ W.W5 = function()
   else
     local ctx = P.new()
     P.schedule(ctx, far, function() end)
-    local heap, sleep = ctx.heap, uv.sleep
     local v0, cpu0 = voluntary(PID), os.clock()
-    local stop_at = now() + s
-    while true do                               -- the heap scheduler's loop
-      local t = now()
-      if t >= stop_at then break end
-      local _, deadline = heap:peek()
-      local wake = deadline < stop_at and deadline or stop_at
-      sleep(ceil((wake - t) * 1000))
-    end
+    P.idle(ctx, s)
     local cpu, v1 = os.clock() - cpu0, voluntary(PID)
     result("seconds", s)
     result("cpu_s", cpu)

@@ -38,6 +38,8 @@ if [ "${HWT_BENCH:-}" = 1 ]; then          # make bench: the peers
   [ -f /usr/share/lua/5.3/binaryheap.lua ] || missing="$missing lua-binaryheap"
   [ -f /usr/share/java/netty-common.jar ] || missing="$missing libnetty-java"
   command -v javac >/dev/null 2>&1 || missing="$missing default-jdk-headless"
+  # timerwheel.lua, when TIMERWHEEL_DIR names a checkout of it (not in Debian)
+  [ -f /usr/share/lua/5.1/coxpcall.lua ] || missing="$missing lua-coxpcall"
 fi
 [ -z "$missing" ] && exit 0
 echo "hwt: installing Debian packages:$missing"
