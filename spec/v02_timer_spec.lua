@@ -320,6 +320,23 @@ describe("manual clock: exact deadlines", function()
     assert.are.same({ "0.1 first", "0.1 second", "0.10000005", "0.1000001", "0.123456", "0.3" }, log)
     timer:stop()
   end)
+
+  it("cancelling a never-firing timeout that once waited for its exact deadline loses no other", function()
+    local timer = manual({ tick = 1 })
+    local log, task = logger()
+    local once = timer:timeout(0.75, task, "once")
+    assert.are.equal(0, timer:advance(0.5))        -- its tick is reached: it waits for 0.75
+    assert.are.equal(1, timer:advance(0.25))
+    assert.is_true(once:reset(math.huge))          -- pending again, never due
+    timer:timeout(0.875, task, "later")            -- deadline 1.625
+    assert.are.equal(0, timer:advance(0.5))        -- its tick is reached: it waits for 1.625
+    assert.is_true(once:cancel())
+    assert.are.equal(1, timer:pending())
+    assert.are.equal(1, timer:advance(0.375))
+    assert.are.same({ "once", "later" }, log)
+    assert.are.equal(0, timer:pending())
+    timer:stop()
+  end)
 end)
 
 -- ---- timer:run_for() on the manual clock ---------------------------------------------

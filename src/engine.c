@@ -355,12 +355,14 @@ static bool still_held_locked(const timeout *t) {
          (t->state == TIMEOUT_RUNNING && t->periodic);
 }
 
+/* A never-firing timeout is linked nowhere: its link.level may still say
+ * HELD_LEVEL from an earlier arming, and unlinking it from the held list
+ * would empty that list. */
 static void disarm_locked(engine *eng, timeout *t) {
+  bool linked = t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER;
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
-  else if (t->state == TIMEOUT_PENDING && t->link.level == HELD_LEVEL)
-    wheel_list_remove(&eng->held, &t->link);
-  else if (t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER)
-    wheel_remove(&eng->wheel, &t->link);
+  else if (linked && t->link.level == HELD_LEVEL) wheel_list_remove(&eng->held, &t->link);
+  else if (linked) wheel_remove(&eng->wheel, &t->link);
   else return;
   t->owner->armed--;
 }
