@@ -8,7 +8,9 @@
 # 5.4) next to what the floor itself reaches. W6 (N/5 timeouts fired over
 # 10 s) runs hwt, the floor (which also fires them: floor_mod's run) and Netty,
 # for the target W6 CPU <= Netty's, and counts the rounds in which each
-# stays within Netty's CPU.
+# stays within Netty's CPU. With TIMERWHEEL_DIR set (see bench/run.sh),
+# timerwheel.lua runs on LuaJIT beside them, for the target W3 on LuaJIT >= 2x
+# timerwheel.lua.
 #   sh bench/contract.sh     (from the project root; env N overrides 10^6,
 #                             WORKLOADS the list, e.g. WORKLOADS=W6)
 set -eu
@@ -33,8 +35,10 @@ for round in $(seq "$ROUNDS"); do
     for vm in lua5.4 luajit; do
       peers="hwt contract"
       [ "$vm" = lua5.4 ] && [ "$w" != W6 ] && peers="$peers luv heap"   # the targets' peers
+      [ "$vm" = luajit ] && [ "$w" != W6 ] && [ -n "${TIMERWHEEL_DIR:-}" ] && peers="$peers timerwheel"
       for peer in $peers; do
-        LUA_PATH='lua/?.lua;;' LUA_CPATH="build/$vm/?.so;build/floor/$vm/?.so;;" \
+        LUA_PATH="lua/?.lua;${TIMERWHEEL_DIR:+$TIMERWHEEL_DIR/src/?/init.lua;};" \
+          LUA_CPATH="build/$vm/?.so;build/floor/$vm/?.so;;" \
           "$vm" bench/lua_bench.lua "$peer" "$w" "$n" |
           sed -n "s/^RESULT $peer $w \([a-z_]*\) \(.*\)/$vm $peer $w \1 \2 $round/p" >> "$OUT/results.txt"
       done
@@ -82,16 +86,17 @@ awk '
         1e9 / h - 1e9 / f, hb == "" ? "-" : sprintf("%.1f", hb), fb == "" ? "-" : sprintf("%.1f", fb)
     }
     target_rows = ""
-    ntargets = split("W1 luv 3|W2 luv 4|W3 luv 4|W3 heap 2", targets, "|")
+    ntargets = split("lua5.4 W1 luv 3|lua5.4 W2 luv 4|lua5.4 W3 luv 4|lua5.4 W3 heap 2|luajit W3 timerwheel 2", targets, "|")
     for (i = 1; i <= ntargets; i++) {
       split(targets[i], t, " ")
-      p = median("lua5.4" SUBSEP t[2] SUBSEP t[1] SUBSEP "ops_per_s")
-      h = median("lua5.4" SUBSEP "hwt" SUBSEP t[1] SUBSEP "ops_per_s")
-      f = median("lua5.4" SUBSEP "contract" SUBSEP t[1] SUBSEP "ops_per_s")
-      if (p == "" || h == "" || f == "") continue          # workload not run
-      target_rows = target_rows sprintf("| %s: hwt / %s >= %s | %.2fx | %.2fx |\n", t[1], t[2], t[3], h / p, f / p)
+      vm = t[1]; w = t[2]
+      p = median(vm SUBSEP t[3] SUBSEP w SUBSEP "ops_per_s")
+      h = median(vm SUBSEP "hwt" SUBSEP w SUBSEP "ops_per_s")
+      f = median(vm SUBSEP "contract" SUBSEP w SUBSEP "ops_per_s")
+      if (p == "" || h == "" || f == "") continue          # workload or peer not run
+      target_rows = target_rows sprintf("| %s on %s: hwt / %s >= %s | %.2fx | %.2fx |\n", w, vm, t[3], t[4], h / p, f / p)
     }
-    if (target_rows != "") printf "\n| target (Lua 5.4) | hwt | the contract floor |\n|---|--:|--:|\n%s", target_rows
+    if (target_rows != "") printf "\n| target | hwt | the contract floor |\n|---|--:|--:|\n%s", target_rows
     if (!("W6" in seen)) exit
     netty = median("java" SUBSEP "netty" SUBSEP "W6" SUBSEP "cpu_s")
     print ""
