@@ -4,7 +4,8 @@
 -- peer: hwt | luv | heap | timerwheel | contract | lua (lua = reference rows only: W0
 -- closure floor; contract = the API's floor, see peers.contract)
 -- workload: W0 W1 W1s W2 W3 W3s W4 W5 W6 (see bench/run.sh; W6 takes its N as
--- given, run.sh passes N/5). Prints `RESULT <peer> <workload> <metric> <value>`.
+-- given, run.sh passes N/5). `seconds`: W5's idle time (default 5) and W6's
+-- span (default 10). Prints `RESULT <peer> <workload> <metric> <value>`.
 --
 -- Run from the project root with LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;'
 -- (LuaJIT: LUA_CPATH='build/luajit/?.so;;'; run.sh's "hwtjit" peer is the hwt
@@ -545,7 +546,7 @@ W.W3s = function()
 end
 
 W.W4 = function() fire(N, 1.0, nil) end
-W.W6 = function() fire(N, 10.0, 512) end
+W.W6 = function() fire(N, seconds or 10.0, 512) end
 
 -- W5: idle for `seconds` with one timeout 1 h away.
 W.W5 = function()

@@ -19,6 +19,8 @@
 #           W3 with one shared function and an argument per timeout
 #           (timer:timeout(d, on_timeout, conn)) instead of a closure each.
 #   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
+#   smoke: N = 2x10^4, W5 idles 1 s, W6 fires over 1 s instead of 10: only
+#          shows that every peer runs (test/bench_smoke.sh, in make check).
 #   full runs every cell but W5's (an idle count) three times, round robin
 #   over the peers, and reports each figure's median: these VMs are noisy, and
 #   a single W6 round can put hwt on either side of Netty.
@@ -31,9 +33,10 @@
 set -u
 MODE=${1:-quick}
 case $MODE in
-  full)  N=1000000; IDLE=5; TMO=900; REPEAT=3 ;;
-  quick) N=100000;  IDLE=1; TMO=120; REPEAT=1 ;;
-  *) echo "usage: sh bench/run.sh full|quick" >&2; exit 2 ;;
+  full)  N=1000000; IDLE=5; TMO=900; REPEAT=3; SPAN=10 ;;
+  quick) N=100000;  IDLE=1; TMO=120; REPEAT=1; SPAN=10 ;;
+  smoke) N=20000;   IDLE=1; TMO=120; REPEAT=1; SPAN=1 ;;
+  *) echo "usage: sh bench/run.sh full|quick|smoke" >&2; exit 2 ;;
 esac
 N6=$((N / 5))
 cd "$(dirname "$0")/.." || exit 1
@@ -132,7 +135,7 @@ for w in W1 W1s W2 W3 W3s W4 W5 W6; do
     for p in $PEERS; do
       case $w in
         W5) run "$p" W5 "$N" "$IDLE" ;;
-        W6) run "$p" W6 "$N6" ;;
+        W6) run "$p" W6 "$N6" "$SPAN" ;;
         *)  run "$p" "$w" "$N" ;;
       esac
     done
@@ -156,7 +159,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 # markdown (issue 13's table and the targets); RESULTS.md keeps it outside
 # the code block that holds head and detail.
 table() {
-awk -v PART="$1" -v N="$N" -v N6="$N6" -v IDLE="$IDLE" -v REPEAT="$REPEAT" -v ELAPSED=$((END - START)) \
+awk -v PART="$1" -v N="$N" -v N6="$N6" -v SPAN="$SPAN" -v IDLE="$IDLE" -v REPEAT="$REPEAT" -v ELAPSED=$((END - START)) \
     -v LOAD="$LOAD0 -> $LOAD1" -v LUANAME="$LUA" '
 function fmt(v) {
   if (v == "") return "-"
@@ -228,7 +231,7 @@ END {
     val[k] = sorted[int((n + 1) / 2)]
   }
   if (PART == "head") {
-    printf("Timer benchmark: N=%d (W6: %d over 10 s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, IDLE, ELAPSED)
+    printf("Timer benchmark: N=%d (W6: %d over %d s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, SPAN, IDLE, ELAPSED)
     printf("One process per run; %s; load average before -> after: %s.\n",
       REPEAT > 1 ? "every figure the median of " REPEAT " runs, W5 one run" : "one run each", LOAD)
     printf("hwt = %s; hwt LuaJIT = the same bench/lua_bench.lua workloads run by luajit.\n", LUANAME)

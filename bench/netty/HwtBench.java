@@ -440,12 +440,13 @@ public final class HwtBench {
         t.stop();
     }
 
-    // n as given, like every peer: bench/run.sh passes W6 its N/5.
-    static void w6(int n) {
+    // n as given, like every peer: bench/run.sh passes W6 its N/5, and its
+    // span (10 s, or 1 s for the harness's smoke run).
+    static void w6(int n, int spanSeconds) {
         HashedWheelTimer warm = timer1ms("hwt-warm");
-        fire(warm, delays(Math.max(1, n / 10), 0, 2 * S));
+        fire(warm, delays(Math.max(1, n / 10), 0, Math.min(2, spanSeconds) * S));
         warm.stop();
-        long[] d = delays(n, 0, 10 * S);   // 10 000 ticks of 1 ms = ~20 revolutions of 512
+        long[] d = delays(n, 0, spanSeconds * S);   // 10 s: 10 000 ticks of 1 ms = ~20 revolutions of 512
         settle();
 
         HashedWheelTimer t = timer1ms("hwt-w6");
@@ -522,7 +523,7 @@ public final class HwtBench {
             case "W3": w3(n); break;
             case "W4": w4(n); break;
             case "W5": w5(seconds); break;
-            case "W6": w6(n); break;
+            case "W6": w6(n, args.length > 2 ? seconds : 10); break;
             default:
                 System.err.println("unknown workload " + w);
                 System.exit(2);
