@@ -145,7 +145,7 @@ test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 # make test-all-luas, plus the reliability checks of test/RELIABILITY.md, the
-# nginx test, the LuaRocks install test and a smoke run of make bench-quick
+# nginx test, the LuaRocks install test and a smoke run of the benchmark harness
 # (so it installs the benchmark peers too).
 check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \

@@ -138,7 +138,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/soak.lua
   if [ "$LUA" = lua5.4 ]; then
     run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-60}" "$OUT/asan/chaos_host"
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-40}" "$OUT/asan/chaos_host"
     run_counted "chaos ($LUA, tsan)" env TSAN_OPTIONS=halt_on_error=1 \
       CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-30}" "$OUT/tsan/chaos_host"
   fi
@@ -148,7 +148,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
   run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/jobs_nginx_test.sh
   run_counted "luarocks install (5.4, 5.1)" sh test/luarocks_test.sh
-  run_counted "bench-quick smoke" env LUA="$LUA" sh test/bench_smoke.sh
+  run_counted "bench smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 
 echo "$passed passed, $failed failed"
