@@ -296,13 +296,11 @@ peers.heap = {
 -- arg given to set(). It has no loop of its own: drain() calls step() and
 -- sleeps with uv.sleep until the next occupied slot (peek, which scans the
 -- slots ahead, so it looks at most a second ahead), as the heap's loop does.
-local timerwheel
 peers.timerwheel = {
   new = function(tick)
     need_luv()
-    local ok, mod = pcall(require, "timerwheel")
-    if not ok then io.stderr:write("timerwheel missing: ", tostring(mod), "\n"); os.exit(3) end
-    timerwheel = mod
+    local ok, timerwheel = pcall(require, "timerwheel")
+    if not ok then io.stderr:write("timerwheel missing: ", tostring(timerwheel), "\n"); os.exit(3) end
     return { wheel = timerwheel.new({ precision = tick or 0.001, now = now }) }
   end,
   schedule = function(ctx, delay, fn) return ctx.wheel:set(delay, fn) end,
@@ -325,7 +323,7 @@ peers.timerwheel = {
       if t >= stop_at then break end
       wheel:step()
       local wait = wheel:peek(stop_at - t) or (stop_at - t)
-      sleep(ceil(wait * 1000))
+      if wait > 0 then sleep(ceil(wait * 1000)) end
     end
   end,
 }

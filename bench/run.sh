@@ -80,7 +80,7 @@ if command -v "$LUAJIT" >/dev/null 2>&1 &&
   TW_STATUS="$(LUA_PATH="$TW_PATH" "$LUAJIT" -e 'print(package.searchpath("timerwheel", package.path))')"
 elif [ -z "$(apt-cache search --names-only timerwheel 2>/dev/null)" ]; then
   TW_STATUS="missing (not packaged in Debian; set TIMERWHEEL_DIR)"
-  echo "PSTATUS timerwheel $TW_STATUS" >> "$RES"
+  echo "PSTATUS timerwheel missing (set TIMERWHEEL_DIR)" >> "$RES"
 else
   TW_STATUS="missing (not installed)"
   echo "PSTATUS timerwheel $TW_STATUS" >> "$RES"
@@ -103,7 +103,10 @@ say "peers present: $(tr '\n' ' ' < "$OUT/present")(mode $MODE, N=$N)"
 # to $RES, and a STATUS line when it could not run.
 run() {
   peer=$1 w=$2 n=$3 s=${4:-}
-  if ! present "$peer"; then echo "STATUS $peer $w missing" >> "$RES"; return; fi
+  if ! present "$peer"; then
+    grep -q "^PSTATUS $peer " "$RES" || echo "STATUS $peer $w missing" >> "$RES"   # else it says why
+    return
+  fi
   say "  $peer $w n=$n${s:+ seconds=$s}"
   as=$peer        # the peer name bench/lua_bench.lua prints
   case $peer in
