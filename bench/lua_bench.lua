@@ -296,6 +296,20 @@ peers.heap = {
 -- arg given to set(). It has no loop of its own: drain() calls step() and
 -- sleeps with uv.sleep until the next occupied slot (peek, which scans the
 -- slots ahead, so it looks at most a second ahead), as the heap's loop does.
+-- timerwheel.lua's loop: step(), then sleep until its next occupied slot,
+-- looking at most ahead() seconds ahead (peek scans the slots), until
+-- ahead() is no longer positive.
+local function run_wheel(wheel, ahead)
+  local sleep = uv.sleep
+  while true do
+    local horizon = ahead()
+    if horizon <= 0 then return end
+    wheel:step()
+    local wait = wheel:peek(horizon) or horizon
+    if wait > 0 then sleep(ceil(wait * 1000)) end
+  end
+end
+
 peers.timerwheel = {
   new = function(tick)
     need_luv()
@@ -308,23 +322,11 @@ peers.timerwheel = {
   schedule_arg = function(ctx, delay, fn, arg) return ctx.wheel:set(delay, fn, arg) end,
   cancel_arg = function(ctx, id) ctx.wheel:cancel(id) end,
   drain = function(ctx)
-    local wheel, sleep = ctx.wheel, uv.sleep
-    while wheel:count() > 0 do
-      wheel:step()
-      local wait = wheel:peek(1) or 1
-      if wait > 0 then sleep(ceil(wait * 1000)) end
-    end
+    run_wheel(ctx.wheel, function() return ctx.wheel:count() == 0 and 0 or 1 end)
   end,
   idle = function(ctx, seconds)
-    local wheel, sleep = ctx.wheel, uv.sleep
     local stop_at = now() + seconds
-    while true do
-      local t = now()
-      if t >= stop_at then break end
-      wheel:step()
-      local wait = wheel:peek(stop_at - t) or (stop_at - t)
-      if wait > 0 then sleep(ceil(wait * 1000)) end
-    end
+    run_wheel(ctx.wheel, function() return stop_at - now() end)
   end,
 }
 
