@@ -15,7 +15,7 @@
 #include "lua.h"
 #include "lauxlib.h"
 
-#define UD_SIZE 80 /* about the size of a timeout's C struct */
+#define UD_SIZE 64 /* the size of hwt's Timeout C struct (lhwt_timeout) */
 #define NS_PER_SEC UINT64_C(1000000000)
 #define RUN_TICKS_MAX (UINT64_C(1) << 26) /* run()'s tick table: 512 MiB at most */
 

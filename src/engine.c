@@ -138,10 +138,18 @@ static void unlist_engine(engine *eng) {         /* all_engines_lock held */
 /* ---- engine ------------------------------------------------------------ */
 
 /* A new engine, not yet listed. */
+static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
+  return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
+}
+
+static uint64_t node_deadline_tick(const wheel_node *n, const void *eng) {
+  return deadline_tick(eng, ((const timeout *)(const void *)n)->deadline_ns);
+}
+
 static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
   engine *eng = calloc(1, sizeof *eng);
   if (!eng) return NULL;
-  if (wheel_init(&eng->wheel, wheel_size)) goto no_wheel;
+  if (wheel_init(&eng->wheel, wheel_size, node_deadline_tick, eng)) goto no_wheel;
   if (pthread_mutex_init(&eng->lock, NULL)) goto no_lock;
   if (init_monotonic_cond(&eng->worker_cond)) goto no_cond;
   eng->tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
@@ -309,9 +317,6 @@ static void unlink_due_locked(timeout *t) {
 
 /* ---- wheel ----------------------------------------------------------- */
 
-static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
-  return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
-}
 
 #define HELD_LEVEL UINT8_MAX    /* link.level of a timeout in eng->held */
 

@@ -40,6 +40,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "wheel.h"
@@ -60,17 +61,25 @@ enum timeout_state {
   TIMEOUT_HANDED         /* taken by tq_hand_due, not started: still pending */
 };
 
+/* 56 B, so that the binding's Timeout, 8 B more, fits in 64: the three
+ * small fields are the node's owner bytes, by name. */
 typedef struct timeout {
-  wheel_node link;                        /* wheel slot, or owner's due list */
+  union {
+    wheel_node link;                      /* wheel slot, or owner's due list */
+    struct {
+      unsigned char link_fields[offsetof(wheel_node, owner_bytes)];
+      uint8_t state;                      /* enum timeout_state */
+      bool has_run;
+      bool periodic;
+    };
+  };
   timer_queue *owner;
   uint64_t deadline_ns;                   /* ENGINE_NEVER: never fires */
   uint64_t seq;                           /* ties between equal deadlines */
   uint64_t period_ns;                     /* a periodic's interval, a one-shot's
                                              delay: what a reset re-arms with */
-  uint8_t state;                          /* enum timeout_state */
-  bool has_run;
-  bool periodic;
 } timeout;
+_Static_assert(offsetof(timeout, periodic) < sizeof(wheel_node), "flags within the node");
 
 typedef struct tq_stats {
   uint64_t pending, due, fired, cancelled;

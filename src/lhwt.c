@@ -136,6 +136,8 @@ typedef struct lhwt_timeout {
   uint16_t drains;              /* drains that took it and have not finished it:
                                    while > 0 it stays anchored (see dispatch) */
 } lhwt_timeout;
+/* Allocators round a userdata up to 16 B: at 80 B it cost one such step more. */
+_Static_assert(sizeof(lhwt_timeout) <= 64, "a Timeout's C part fits in 64 B");
 
 /* A drain: one draining call's hold on the timeouts it runs (see the
  * dispatch section). */

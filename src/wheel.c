@@ -128,8 +128,8 @@ static void clear_hints(wheel_hints *h) {
 
 /* ---- the wheel --------------------------------------------------------- */
 
-int wheel_init(wheel *w, uint32_t size) {
-  *w = (wheel){0};
+int wheel_init(wheel *w, uint32_t size, wheel_deadline_fn deadline_of, const void *ctx) {
+  *w = (wheel){.deadline_of = deadline_of, .deadline_ctx = ctx};
   w->size = wheel_round_size(size);
   while ((UINT32_C(1) << w->size_bits) < w->size) w->size_bits++;
   w->levels = 1 + (64 - w->size_bits + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS;
@@ -166,7 +166,7 @@ bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick) {
   unsigned level = level_for(w, deadline_tick);
   uint64_t slot = slot_index(w, level, deadline_tick);
   wheel_node **head = &w->slots[level][slot];
-  n->deadline_tick = deadline_tick;
+  n->slot = (uint32_t)slot;
   n->level = (uint8_t)level;
   n->prev = NULL;
   n->next = *head;
@@ -179,7 +179,7 @@ bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick) {
 }
 
 void wheel_remove(wheel *w, wheel_node *n) {
-  uint64_t slot = slot_index(w, n->level, n->deadline_tick);
+  uint32_t slot = n->slot;
   wheel_node **head = &w->slots[n->level][slot];
   if (n->prev) n->prev->next = n->next; else *head = n->next;
   if (n->next) n->next->prev = n->prev;
@@ -211,7 +211,8 @@ bool wheel_first_deadline(const wheel *w, wheel_predicate match, void *ctx, uint
       bool found = false;
       for (const wheel_node *n = w->slots[level][slot]; n; n = n->next) {
         if (match && !match(n, ctx)) continue;
-        if (!found || n->deadline_tick < *tick) *tick = n->deadline_tick;
+        uint64_t deadline_tick = w->deadline_of(n, w->deadline_ctx);
+        if (!found || deadline_tick < *tick) *tick = deadline_tick;
         found = true;
       }
       if (found) return true;
@@ -237,8 +238,10 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
 }
 
 /* Empties one slot at now_tick: due nodes go to take(), the rest move down
- * (never into this slot). The list runs newest first, the hints oldest
- * first: the walk prefetches from the hints' end, PREFETCH_AHEAD ahead. */
+ * (never into this slot). Level 0's slot holds only nodes due at now_tick
+ * (a level-0 node's deadline lies in now_tick's block), so only the others
+ * need their deadline. The list runs newest first, the hints oldest first:
+ * the walk prefetches from the hints' end, PREFETCH_AHEAD ahead. */
 static void drain_slot(wheel *w, unsigned level, wheel_take take, void *ctx) {
   uint64_t slot = slot_index(w, level, w->now_tick);
   wheel_node *n = w->slots[level][slot];
@@ -253,7 +256,7 @@ static void drain_slot(wheel *w, unsigned level, wheel_take take, void *ctx) {
     if (unfetched) prefetch_node(hint[--unfetched]);
     wheel_node *next = n->next;
     w->count--;
-    if (!wheel_insert(w, n, n->deadline_tick)) take(n, ctx);
+    if (level == 0 || !wheel_insert(w, n, w->deadline_of(n, w->deadline_ctx))) take(n, ctx);
     n = next;
   }
   if (h) clear_hints(h);

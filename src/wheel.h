@@ -31,12 +31,21 @@
 #define WHEEL_LEVELS_MAX (1 + (64 + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
 
 /* Intrusive node; embed it in your own struct. The link fields are also free
- * for the owner's use while the node is not in a wheel (see wheel_list). */
+ * for the owner's use while the node is not in a wheel (see wheel_list). A
+ * node keeps where it is linked, not its deadline tick, which the wheel asks
+ * its owner for (wheel_deadline_fn): so a node takes 24 B, and the owner's
+ * own small fields can use the bytes its alignment would waste. */
 typedef struct wheel_node {
   struct wheel_node *next, *prev;
-  uint64_t deadline_tick;
+  uint32_t slot;                                   /* valid while linked */
   uint8_t level;                                   /* valid while linked */
+  uint8_t owner_bytes[3];                          /* never touched by the wheel */
 } wheel_node;
+
+/* The deadline tick a linked node was inserted with. Asked only when a node
+ * moves down a level and by wheel_first_deadline; insert and remove never
+ * ask. */
+typedef uint64_t (*wheel_deadline_fn)(const wheel_node *n, const void *ctx);
 
 /* A NULL-terminated doubly linked list with head and tail. */
 typedef struct wheel_list {
@@ -62,11 +71,14 @@ typedef struct wheel {
   wheel_node **slots[WHEEL_LEVELS_MAX];    /* slot heads, NULL when empty */
   uint64_t *occupied[WHEEL_LEVELS_MAX];    /* one bit per non-empty slot */
   wheel_hints *hints[WHEEL_LEVELS_MAX];    /* per slot; NULL: none kept */
+  wheel_deadline_fn deadline_of;
+  const void *deadline_ctx;                /* passed to deadline_of */
 } wheel;
 
 /* Rounds size up to a power of two; size must be 1..WHEEL_SIZE_MAX.
+ * deadline_of(n, ctx) must give back the tick n was inserted with.
  * Returns 0, or -1 when memory is short (the wheel is then left empty). */
-int wheel_init(wheel *w, uint32_t size);
+int wheel_init(wheel *w, uint32_t size, wheel_deadline_fn deadline_of, const void *ctx);
 void wheel_free(wheel *w);
 uint32_t wheel_round_size(uint32_t size);
 

@@ -87,6 +87,67 @@ static bool list_contains(const wheel_list *l, const wheel_node *n) {
   return false;
 }
 
+/* The wheel keeps where a node is linked, not its deadline: it asks the
+ * owner (wheel_deadline_fn). A test node records the tick it was inserted
+ * with; every node handed to wheel_insert is one, through insert_at. */
+typedef struct test_node {
+  wheel_node link;                /* first member: wheel_node* casts back */
+  uint64_t deadline_tick;         /* the tick passed to wheel_insert */
+} test_node;
+
+static const test_node *test_node_of(const wheel_node *n) {
+  return (const test_node *)(const void *)n;
+}
+
+/* The ctx every test wheel is opened with: the callback must get it back. */
+static const char g_deadline_ctx[] = "test wheel";
+
+/* The deadline a node (linked or fired) was inserted with. */
+static uint64_t deadline_of_node(const wheel_node *n) {
+  return test_node_of(n)->deadline_tick;
+}
+
+static uint64_t test_deadline(const wheel_node *n, const void *ctx) {
+  CHECK(ctx == g_deadline_ctx, "deadline_of called with ctx %p", ctx);
+  return deadline_of_node(n);
+}
+
+/* wheel_insert, recording the tick for test_deadline first. */
+static bool insert_at(wheel *w, test_node *n, uint64_t tick) {
+  n->deadline_tick = tick;
+  return wheel_insert(w, &n->link, tick);
+}
+
+/* Where the placement rule puts a deadline, derived independently of
+ * wheel.c: the lowest level whose current block (the ticks sharing every
+ * bit above that level's slots with now_tick) holds it, and its slot there. */
+static unsigned expected_level(const wheel *w, uint64_t deadline_tick) {
+  for (unsigned l = 0;; l++) {
+    unsigned span = w->size_bits + WHEEL_LEVEL_BITS * l;
+    if (span >= 64 || (deadline_tick >> span) == (w->now_tick >> span)) return l;
+  }
+}
+
+static uint64_t expected_slot(const wheel *w, unsigned level, uint64_t deadline_tick) {
+  if (level == 0) return deadline_tick & (w->size - 1);
+  unsigned shift = w->size_bits + WHEEL_LEVEL_BITS * (level - 1);
+  return (deadline_tick >> shift) & ((UINT64_C(1) << WHEEL_LEVEL_BITS) - 1);
+}
+
+/* The node is linked where its deadline maps to, and that slot's list of
+ * the wheel holds it. */
+static bool placed_at(const wheel *w, const wheel_node *n, uint64_t deadline_tick) {
+  unsigned level = expected_level(w, deadline_tick);
+  uint64_t slot = expected_slot(w, level, deadline_tick);
+  if (level >= w->levels || n->level != level || n->slot != slot) return false;
+  for (const wheel_node *p = w->slots[level][slot]; p; p = p->next)
+    if (p == n) return true;
+  return false;
+}
+
+/* A wheel_predicate true for one node only (ctx). */
+static bool is_node(const wheel_node *n, void *which) { return n == which; }
+
 /* Expected number of levels: the smallest L covering all 64 tick bits. */
 static unsigned expected_levels(unsigned size_bits) {
   unsigned levels = 1;
@@ -102,7 +163,7 @@ static unsigned log2u(uint32_t v) {
 
 /* Fresh wheel advanced to `start`; reports init failure as a check. */
 static bool open_wheel(wheel *w, uint32_t size, uint64_t start) {
-  if (wheel_init(w, size) != 0) {
+  if (wheel_init(w, size, test_deadline, g_deadline_ctx) != 0) {
     fail_at(__FILE__, __LINE__, "wheel_init(%" PRIu32 ") failed", size);
     return false;
   }
@@ -142,7 +203,7 @@ static void test_init_sizes(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     wheel w;
-    int rc = wheel_init(&w, cases[i].request);
+    int rc = wheel_init(&w, cases[i].request, test_deadline, g_deadline_ctx);
     CHECK(rc == 0, "wheel_init(%" PRIu32 ") returned %d", cases[i].request, rc);
     if (rc != 0) continue;
     CHECK_EQ(w.size, cases[i].size);
@@ -157,6 +218,8 @@ static void test_init_sizes(void) {
           "size %" PRIu32 ": levels %u: one too many", w.size, w.levels);
     CHECK_EQ(w.now_tick, 0);
     CHECK_EQ(w.count, 0);
+    CHECK(w.deadline_of == test_deadline && w.deadline_ctx == g_deadline_ctx,
+          "size %" PRIu32 ": deadline callback not kept", w.size);
     for (unsigned l = 0; l < w.levels; l++) {
       CHECK(w.slots[l] != NULL, "size %" PRIu32 ": slots[%u] NULL", w.size, l);
       CHECK(w.occupied[l] != NULL, "size %" PRIu32 ": occupied[%u] NULL",
@@ -172,7 +235,7 @@ static void test_init_levels_all_sizes(void) {
   for (unsigned bits = 0; bits <= 20; bits++) {
     wheel w;
     uint32_t size = UINT32_C(1) << bits;
-    if (wheel_init(&w, size) != 0) {
+    if (wheel_init(&w, size, test_deadline, g_deadline_ctx) != 0) {
       fail_at(__FILE__, __LINE__, "wheel_init(%" PRIu32 ") failed", size);
       continue;
     }
@@ -182,7 +245,7 @@ static void test_init_levels_all_sizes(void) {
     wheel_free(&w);
     /* a non-power of two rounds up */
     if (bits >= 2) {
-      if (wheel_init(&w, size - 1) != 0) {
+      if (wheel_init(&w, size - 1, test_deadline, g_deadline_ctx) != 0) {
         fail_at(__FILE__, __LINE__, "wheel_init(%" PRIu32 ") failed", size - 1);
         continue;
       }
@@ -196,10 +259,10 @@ static void test_init_levels_all_sizes(void) {
 static void test_free(void) {
   wheel w;
   if (!open_wheel(&w, 64, 0)) return;
-  wheel_node n[3];
-  CHECK_TRUE(wheel_insert(&w, &n[0], 5));
-  CHECK_TRUE(wheel_insert(&w, &n[1], 500));
-  CHECK_TRUE(wheel_insert(&w, &n[2], UINT64_C(1) << 40));
+  test_node n[3];
+  CHECK_TRUE(insert_at(&w, &n[0], 5));
+  CHECK_TRUE(insert_at(&w, &n[1], 500));
+  CHECK_TRUE(insert_at(&w, &n[2], UINT64_C(1) << 40));
   wheel_free(&w);
   CHECK_EQ(w.count, 0);
   for (unsigned l = 0; l < WHEEL_LEVELS_MAX; l++) {
@@ -210,7 +273,7 @@ static void test_free(void) {
   CHECK_EQ(w.count, 0);
   /* the struct can be initialised again after free */
   if (!open_wheel(&w, 8, 0)) return;
-  CHECK_TRUE(wheel_insert(&w, &n[0], 3));
+  CHECK_TRUE(insert_at(&w, &n[0], 3));
   CHECK_EQ(w.count, 1);
   wheel_free(&w);
 }
@@ -222,19 +285,19 @@ static void test_free(void) {
 static void test_insert_not_future(void) {
   wheel w;
   if (!open_wheel(&w, 16, 0)) return;
-  wheel_node n;
+  test_node n;
   memset(&n, 0, sizeof n);
   uint64_t t;
-  CHECK_FALSE(wheel_insert(&w, &n, 0));           /* deadline == now == 0 */
+  CHECK_FALSE(insert_at(&w, &n, 0));              /* deadline == now == 0 */
   CHECK_EQ(w.count, 0);
   CHECK_FALSE(wheel_next_event(&w, &t));
 
   wheel_list due = {0};
   wheel_advance(&w, 1000, &due);
   CHECK_EQ(w.now_tick, 1000);
-  CHECK_FALSE(wheel_insert(&w, &n, 0));
-  CHECK_FALSE(wheel_insert(&w, &n, 999));
-  CHECK_FALSE(wheel_insert(&w, &n, 1000));         /* == now */
+  CHECK_FALSE(insert_at(&w, &n, 0));
+  CHECK_FALSE(insert_at(&w, &n, 999));
+  CHECK_FALSE(insert_at(&w, &n, 1000));            /* == now */
   CHECK_EQ(w.count, 0);
   CHECK_FALSE(wheel_next_event(&w, &t));
   wheel_advance(&w, UINT64_MAX, &due);             /* nothing was linked */
@@ -245,18 +308,28 @@ static void test_insert_not_future(void) {
 static void test_insert_future_and_count(void) {
   wheel w;
   if (!open_wheel(&w, 16, 7)) return;
-  wheel_node n[8];
+  test_node n[8];
   const uint64_t d[8] = {8, 9, 22, 23, 7 + 16 * 64, 7 + 16 * 64 * 64,
                          UINT64_C(1) << 50, UINT64_MAX};
   for (size_t i = 0; i < 8; i++) {
-    CHECK(wheel_insert(&w, &n[i], d[i]), "insert deadline %" PRIu64
+    CHECK(insert_at(&w, &n[i], d[i]), "insert deadline %" PRIu64
           " at now 7 returned false", d[i]);
     CHECK_EQ(w.count, i + 1);
-    CHECK_EQ(n[i].deadline_tick, d[i]);
+    /* the wheel keeps where the deadline maps to, not the deadline */
+    CHECK(placed_at(&w, &n[i].link, d[i]), "deadline %" PRIu64 ": linked at "
+          "level %u slot %" PRIu32 ", expected level %u slot %" PRIu64, d[i],
+          (unsigned)n[i].link.level, n[i].link.slot, expected_level(&w, d[i]),
+          expected_slot(&w, expected_level(&w, d[i]), d[i]));
   }
   uint64_t t = 0;
   CHECK_TRUE(wheel_next_event(&w, &t));
   CHECK_EQ(t, 8);
+  /* and gets each node's deadline back from the owner */
+  for (size_t i = 0; i < 8; i++) {
+    t = 0;
+    CHECK(wheel_first_deadline(&w, is_node, &n[i].link, &t) && t == d[i],
+          "first_deadline of the node inserted at %" PRIu64 ": %" PRIu64, d[i], t);
+  }
   wheel_free(&w);
 }
 
@@ -264,14 +337,14 @@ static void test_insert_future_and_count(void) {
 static void test_insert_level_placement(void) {
   wheel w;
   if (!open_wheel(&w, 8, 0)) return;               /* size_bits = 3 */
-  wheel_node n[12];
-  CHECK_TRUE(wheel_insert(&w, &n[0], 7));
-  CHECK_EQ(n[0].level, 0);
+  test_node n[12];
+  CHECK_TRUE(insert_at(&w, &n[0], 7));
+  CHECK_EQ(n[0].link.level, 0);
   for (unsigned l = 1; l < w.levels; l++) {
     unsigned bit = w.size_bits + WHEEL_LEVEL_BITS * (l - 1);
-    CHECK_TRUE(wheel_insert(&w, &n[l], UINT64_C(1) << bit));
-    CHECK(n[l].level == l, "deadline 2^%u: level %u, expected %u", bit,
-          (unsigned)n[l].level, l);
+    CHECK_TRUE(insert_at(&w, &n[l], UINT64_C(1) << bit));
+    CHECK(n[l].link.level == l, "deadline 2^%u: level %u, expected %u", bit,
+          (unsigned)n[l].link.level, l);
   }
   CHECK_EQ(w.count, w.levels);
   wheel_free(&w);
@@ -288,16 +361,16 @@ static void fire_exactly_at(uint32_t size, uint64_t start, uint64_t delta,
   wheel w;
   if (!open_wheel(&w, size, start)) return;
   uint64_t deadline = start + delta;
-  wheel_node n, other;
+  test_node n, other;
   wheel_list due = {0};
-  if (!wheel_insert(&w, &n, deadline)) {
+  if (!insert_at(&w, &n, deadline)) {
     fail_at(__FILE__, line, "size %" PRIu32 " start %" PRIu64 " delta %" PRIu64
             ": insert returned false", size, start, delta);
     wheel_free(&w);
     return;
   }
   /* a later node that must stay put */
-  bool have_other = deadline < UINT64_MAX && wheel_insert(&w, &other, deadline + 1);
+  bool have_other = deadline < UINT64_MAX && insert_at(&w, &other, deadline + 1);
   uint64_t ev = 0;
   if (!wheel_next_event(&w, &ev) || ev <= start || ev > deadline)
     fail_at(__FILE__, line, "size %" PRIu32 " deadline %" PRIu64
@@ -308,7 +381,7 @@ static void fire_exactly_at(uint32_t size, uint64_t start, uint64_t delta,
             ": advance to deadline-1: %zu due, now %" PRIu64, size, start, delta,
             list_len(&due), w.now_tick);
   wheel_advance(&w, deadline, &due);
-  if (due.head != &n || due.tail != &n || w.now_tick != deadline)
+  if (due.head != &n.link || due.tail != &n.link || w.now_tick != deadline)
     fail_at(__FILE__, line, "size %" PRIu32 " start %" PRIu64 " delta %" PRIu64
             ": advance to deadline: %zu due (want exactly the node), now %" PRIu64,
             size, start, delta, list_len(&due), w.now_tick);
@@ -318,7 +391,7 @@ static void fire_exactly_at(uint32_t size, uint64_t start, uint64_t delta,
   if (have_other) {
     wheel_list due2 = {0};
     wheel_advance(&w, deadline + 1, &due2);
-    if (due2.head != &other || due2.tail != &other)
+    if (due2.head != &other.link || due2.tail != &other.link)
       fail_at(__FILE__, line, "size %" PRIu32 " delta %" PRIu64
               ": node at deadline+1 did not fire alone at deadline+1", size, delta);
   }
@@ -327,10 +400,10 @@ static void fire_exactly_at(uint32_t size, uint64_t start, uint64_t delta,
   /* the same deadline reached in one jump past it */
   if (!open_wheel(&w, size, start)) return;
   due = (wheel_list){0};
-  if (wheel_insert(&w, &n, deadline)) {
+  if (insert_at(&w, &n, deadline)) {
     uint64_t to = deadline + (deadline < UINT64_MAX - 1000 ? 1000 : 0);
     wheel_advance(&w, to, &due);
-    if (due.head != &n || due.tail != &n || w.now_tick != to || w.count != 0)
+    if (due.head != &n.link || due.tail != &n.link || w.now_tick != to || w.count != 0)
       fail_at(__FILE__, line, "size %" PRIu32 " delta %" PRIu64
               ": jump past deadline did not fire it", size, delta);
   }
@@ -380,9 +453,9 @@ static void test_advance_huge_deadlines(void) {
       /* straight jump from 0: never fires before its tick */
       wheel w;
       if (!open_wheel(&w, sizes[si], 0)) continue;
-      wheel_node n;
+      test_node n;
       wheel_list due = {0};
-      CHECK_TRUE(wheel_insert(&w, &n, d));
+      CHECK_TRUE(insert_at(&w, &n, d));
       wheel_advance(&w, d / 2, &due);
       CHECK(due.head == NULL, "size %" PRIu32 ": deadline %" PRIu64
             " fired at %" PRIu64, sizes[si], d, d / 2);
@@ -391,8 +464,8 @@ static void test_advance_huge_deadlines(void) {
             " fired at deadline-1", sizes[si], d);
       CHECK_EQ(w.count, 1);
       wheel_advance(&w, d, &due);
-      CHECK(due.head == &n && due.tail == &n, "size %" PRIu32 ": deadline %"
-            PRIu64 " did not fire at its tick", sizes[si], d);
+      CHECK(due.head == &n.link && due.tail == &n.link, "size %" PRIu32
+            ": deadline %" PRIu64 " did not fire at its tick", sizes[si], d);
       CHECK_EQ(w.count, 0);
       CHECK_EQ(w.now_tick, d);
       wheel_free(&w);
@@ -410,13 +483,13 @@ static void test_advance_sets_now(void) {
   CHECK_EQ(w.now_tick, 5);
   wheel_advance(&w, 5, &due);                       /* same tick */
   CHECK_EQ(w.now_tick, 5);
-  wheel_node n;
-  CHECK_TRUE(wheel_insert(&w, &n, 100));
+  test_node n;
+  CHECK_TRUE(insert_at(&w, &n, 100));
   wheel_advance(&w, 99, &due);
   CHECK_EQ(w.now_tick, 99);
   wheel_advance(&w, 1000000, &due);
   CHECK_EQ(w.now_tick, 1000000);
-  CHECK(due.head == &n, "node did not fire");
+  CHECK(due.head == &n.link, "node did not fire");
   wheel_advance(&w, UINT64_C(1) << 61, &due);
   CHECK_EQ(w.now_tick, UINT64_C(1) << 61);
   wheel_advance(&w, UINT64_MAX, &due);
@@ -429,14 +502,16 @@ static void test_advance_sets_now(void) {
 static void test_advance_appends_to_due(void) {
   wheel w;
   if (!open_wheel(&w, 8, 0)) return;
-  wheel_node pre, a, b;
+  wheel_node pre;                                 /* only ever in a list */
+  test_node a, b;
   wheel_list due = {0};
   wheel_list_push_back(&due, &pre);
-  CHECK_TRUE(wheel_insert(&w, &a, 3));
-  CHECK_TRUE(wheel_insert(&w, &b, 300));
+  CHECK_TRUE(insert_at(&w, &a, 3));
+  CHECK_TRUE(insert_at(&w, &b, 300));
   wheel_advance(&w, 1000, &due);
   CHECK(due.head == &pre, "pre-existing head lost");
-  CHECK(pre.next == &a && a.next == &b && b.next == NULL && due.tail == &b,
+  CHECK(pre.next == &a.link && a.link.next == &b.link && b.link.next == NULL &&
+        due.tail == &b.link,
         "due list not [pre, a, b]");
   CHECK_TRUE(list_consistent(&due));
   wheel_free(&w);
@@ -447,10 +522,10 @@ static void test_advance_appends_to_due(void) {
 static void test_advance_event_one_at_a_time(void) {
   wheel w;
   if (!open_wheel(&w, 8, 0)) return;
-  wheel_node a, b, c;
-  CHECK_TRUE(wheel_insert(&w, &a, 3));
-  CHECK_TRUE(wheel_insert(&w, &b, 3));
-  CHECK_TRUE(wheel_insert(&w, &c, 20));            /* level 1: moved down at 16 */
+  test_node a, b, c;
+  CHECK_TRUE(insert_at(&w, &a, 3));
+  CHECK_TRUE(insert_at(&w, &b, 3));
+  CHECK_TRUE(insert_at(&w, &c, 20));               /* level 1: moved down at 16 */
   wheel_list due = {0};
   CHECK_TRUE(wheel_advance_event(&w, 100, &due));
   CHECK_EQ(w.now_tick, 3);
@@ -462,7 +537,7 @@ static void test_advance_event_one_at_a_time(void) {
   CHECK_EQ(w.now_tick, 16);
   CHECK_TRUE(wheel_advance_event(&w, 20, &due));
   CHECK_EQ(w.now_tick, 20);
-  CHECK(due.tail == &c && list_len(&due) == 3, "c not appended last");
+  CHECK(due.tail == &c.link && list_len(&due) == 3, "c not appended last");
   CHECK(!wheel_advance_event(&w, 1000, &due), "an empty wheel has an event");
   CHECK_EQ(w.now_tick, 20);
   wheel_free(&w);
@@ -478,21 +553,21 @@ static void test_remove_each_level(void) {
     for (int parity = 0; parity < 2; parity++) {
       wheel w;
       if (!open_wheel(&w, sizes[si], 0)) continue;
-      wheel_node n[WHEEL_LEVELS_MAX + 1];
+      test_node n[WHEEL_LEVELS_MAX + 1];
       uint64_t d[WHEEL_LEVELS_MAX + 1];
       unsigned levels = w.levels, first = w.size > 1 ? 0 : 1;
       for (unsigned l = first; l < levels; l++) {
         d[l] = l == 0 ? w.size - 1
                       : (UINT64_C(1) << (w.size_bits + WHEEL_LEVEL_BITS * (l - 1))) + 3;
-        CHECK_TRUE(wheel_insert(&w, &n[l], d[l]));
-        CHECK(n[l].level == l, "size %" PRIu32 ": node %u at level %u",
-              w.size, l, (unsigned)n[l].level);
+        CHECK_TRUE(insert_at(&w, &n[l], d[l]));
+        CHECK(n[l].link.level == l, "size %" PRIu32 ": node %u at level %u",
+              w.size, l, (unsigned)n[l].link.level);
       }
       size_t count = w.count;
       /* remove every other level */
       for (unsigned l = first; l < levels; l++) {
         if ((l & 1u) != (unsigned)parity) continue;
-        wheel_remove(&w, &n[l]);
+        wheel_remove(&w, &n[l].link);
         count--;
         CHECK_EQ(w.count, count);
         uint64_t t;
@@ -509,7 +584,7 @@ static void test_remove_each_level(void) {
       CHECK_EQ(w.count, 0);
       for (unsigned l = first; l < levels; l++) {
         bool removed = (l & 1u) == (unsigned)parity;
-        CHECK(list_contains(&due, &n[l]) == !removed,
+        CHECK(list_contains(&due, &n[l].link) == !removed,
               "size %" PRIu32 " level %u: %s", w.size, l,
               removed ? "removed node fired" : "live node did not fire");
       }
@@ -526,23 +601,23 @@ static void test_remove_after_cascade(void) {
     if (!open_wheel(&w, sizes[si], 0)) continue;
     uint64_t s = w.size;
     uint64_t d = s * 64 * 64 + s * 5 + 3;           /* level 2 at tick 0 */
-    wheel_node n, keep;
+    test_node n, keep;
     wheel_list due = {0};
-    CHECK_TRUE(wheel_insert(&w, &n, d));
-    CHECK_TRUE(wheel_insert(&w, &keep, d + 1));
-    unsigned level0 = n.level;
+    CHECK_TRUE(insert_at(&w, &n, d));
+    CHECK_TRUE(insert_at(&w, &keep, d + 1));
+    unsigned level0 = n.link.level;
     /* walk events until the node has moved down at least once */
     uint64_t t;
-    for (int guard = 0; guard < 100 && n.level == level0; guard++) {
+    for (int guard = 0; guard < 100 && n.link.level == level0; guard++) {
       if (!wheel_next_event(&w, &t)) break;
       wheel_advance(&w, t, &due);
     }
-    CHECK(n.level < level0, "size %" PRIu32 ": node never cascaded", w.size);
+    CHECK(n.link.level < level0, "size %" PRIu32 ": node never cascaded", w.size);
     CHECK(due.head == NULL, "fired early");
-    wheel_remove(&w, &n);
+    wheel_remove(&w, &n.link);
     CHECK_EQ(w.count, 1);
     wheel_advance(&w, UINT64_MAX, &due);
-    CHECK(due.head == &keep && due.tail == &keep,
+    CHECK(due.head == &keep.link && due.tail == &keep.link,
           "size %" PRIu32 ": removed cascaded node fired, or keep did not", w.size);
     wheel_free(&w);
   }
@@ -553,9 +628,9 @@ static void test_remove_within_slot(void) {
   for (int victim = 0; victim < 3; victim++) {
     wheel w;
     if (!open_wheel(&w, 16, 0)) continue;
-    wheel_node n[3];
-    for (int i = 0; i < 3; i++) CHECK_TRUE(wheel_insert(&w, &n[i], 10));
-    wheel_remove(&w, &n[victim]);
+    test_node n[3];
+    for (int i = 0; i < 3; i++) CHECK_TRUE(insert_at(&w, &n[i], 10));
+    wheel_remove(&w, &n[victim].link);
     CHECK_EQ(w.count, 2);
     uint64_t t = 0;
     CHECK_TRUE(wheel_next_event(&w, &t));
@@ -565,14 +640,14 @@ static void test_remove_within_slot(void) {
     CHECK_EQ(list_len(&due), 2);
     CHECK_TRUE(list_consistent(&due));
     for (int i = 0; i < 3; i++)
-      CHECK(list_contains(&due, &n[i]) == (i != victim),
+      CHECK(list_contains(&due, &n[i].link) == (i != victim),
             "victim %d: node %d wrong", victim, i);
     wheel_free(&w);
   }
 }
 
 static bool is_even_node(const wheel_node *n, void *base) {
-  return (n - (const wheel_node *)base) % 2 == 0;
+  return (test_node_of(n) - (const test_node *)base) % 2 == 0;
 }
 
 /* wheel_extract takes exactly the chosen nodes from every level; the rest
@@ -581,9 +656,9 @@ static void test_extract(void) {
   enum { NODES = 200 };
   wheel w;
   if (!open_wheel(&w, 8, 0)) return;
-  wheel_node n[NODES];
+  test_node n[NODES];
   for (int i = 0; i < NODES; i++)
-    CHECK_TRUE(wheel_insert(&w, &n[i], 1 + (uint64_t)i * 37 % 5000));
+    CHECK_TRUE(insert_at(&w, &n[i], 1 + (uint64_t)i * 37 % 5000));
   wheel_list taken = {0};
   wheel_extract(&w, is_even_node, n, &taken);
   CHECK_EQ(list_len(&taken), NODES / 2);
@@ -593,7 +668,8 @@ static void test_extract(void) {
   wheel_advance(&w, 5000, &due);
   CHECK_EQ(list_len(&due), NODES / 2);
   for (int i = 0; i < NODES; i++)
-    CHECK(list_contains(i % 2 ? &due : &taken, &n[i]), "node %d in the wrong list", i);
+    CHECK(list_contains(i % 2 ? &due : &taken, &n[i].link),
+          "node %d in the wrong list", i);
   CHECK_TRUE(!wheel_next_event(&w, &(uint64_t){0}));
   wheel_free(&w);
 }
@@ -604,15 +680,15 @@ static void test_remove_only_node_of_slot(void) {
     wheel w;
     if (!open_wheel(&w, sizes[si], 100)) continue;
     uint64_t s = w.size;
-    wheel_node a, b, c;
+    test_node a, b, c;
     uint64_t t = 0;
     /* a alone in an early slot, b and c later */
-    CHECK_TRUE(wheel_insert(&w, &a, 101));
-    CHECK_TRUE(wheel_insert(&w, &b, 100 + s * 70));
-    CHECK_TRUE(wheel_insert(&w, &c, 100 + s * 64 * 64 * 3));
+    CHECK_TRUE(insert_at(&w, &a, 101));
+    CHECK_TRUE(insert_at(&w, &b, 100 + s * 70));
+    CHECK_TRUE(insert_at(&w, &c, 100 + s * 64 * 64 * 3));
     CHECK_TRUE(wheel_next_event(&w, &t));
     CHECK(t <= 101, "next_event %" PRIu64 " after earliest deadline 101", t);
-    wheel_remove(&w, &a);
+    wheel_remove(&w, &a.link);
     CHECK_TRUE(wheel_next_event(&w, &t));
     CHECK(t > 101 && t <= 100 + s * 70,
           "size %" PRIu32 ": after removing the only node of the first slot, "
@@ -620,31 +696,31 @@ static void test_remove_only_node_of_slot(void) {
     /* advancing to the reported tick fires nothing yet (a is gone) */
     wheel_list due = {0};
     uint64_t t_b = t;
-    wheel_remove(&w, &b);
+    wheel_remove(&w, &b.link);
     CHECK_TRUE(wheel_next_event(&w, &t));
     CHECK(t > t_b, "size %" PRIu32 ": next_event %" PRIu64
           " still points at b's emptied slot %" PRIu64, w.size, t, t_b);
     CHECK(t <= 100 + s * 64 * 64 * 3, "next_event past c");
-    wheel_remove(&w, &c);
+    wheel_remove(&w, &c.link);
     CHECK_EQ(w.count, 0);
     CHECK_FALSE(wheel_next_event(&w, &t));
     wheel_advance(&w, UINT64_MAX, &due);
     CHECK(due.head == NULL, "removed nodes fired");
     /* now is UINT64_MAX: no deadline is in the future any more */
-    CHECK_FALSE(wheel_insert(&w, &a, UINT64_MAX));
+    CHECK_FALSE(insert_at(&w, &a, UINT64_MAX));
     CHECK_EQ(w.count, 0);
     wheel_free(&w);
 
     /* same slot reused after remove: insert, remove, insert again */
     if (!open_wheel(&w, sizes[si], 0)) continue;
-    CHECK_TRUE(wheel_insert(&w, &a, 7 + s));
-    wheel_remove(&w, &a);
+    CHECK_TRUE(insert_at(&w, &a, 7 + s));
+    wheel_remove(&w, &a.link);
     CHECK_FALSE(wheel_next_event(&w, &t));
-    CHECK_TRUE(wheel_insert(&w, &a, 7 + s));
+    CHECK_TRUE(insert_at(&w, &a, 7 + s));
     CHECK_TRUE(wheel_next_event(&w, &t));
     due = (wheel_list){0};
     wheel_advance(&w, 7 + s, &due);
-    CHECK(due.head == &a && due.tail == &a, "re-inserted node did not fire");
+    CHECK(due.head == &a.link && due.tail == &a.link, "re-inserted node did not fire");
     wheel_free(&w);
   }
 }
@@ -658,8 +734,8 @@ static void test_next_event_empty(void) {
   if (!open_wheel(&w, 64, 0)) return;
   uint64_t t = 12345;
   CHECK_FALSE(wheel_next_event(&w, &t));
-  wheel_node n;
-  CHECK_TRUE(wheel_insert(&w, &n, 3));
+  test_node n;
+  CHECK_TRUE(insert_at(&w, &n, 3));
   wheel_list due = {0};
   wheel_advance(&w, 3, &due);
   CHECK_FALSE(wheel_next_event(&w, &t));            /* empty again */
@@ -686,14 +762,14 @@ static void test_next_event_contract(void) {
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
     wheel w;
     if (!open_wheel(&w, sizes[si], 77)) continue;
-    static wheel_node n[N];
+    static test_node n[N];
     bool linked[N];
     uint64_t rng = 42 + si;
     uint64_t spans[] = {w.size, (uint64_t)w.size * 64, (uint64_t)w.size * 4096,
                         UINT64_C(1) << 30};
     for (int i = 0; i < N; i++) {
       uint64_t d = w.now_tick + 1 + rnd_below(&rng, spans[i % 4]);
-      linked[i] = wheel_insert(&w, &n[i], d);
+      linked[i] = insert_at(&w, &n[i], d);
       CHECK_TRUE(linked[i]);
     }
     int fired = 0, steps = 0;
@@ -715,7 +791,7 @@ static void test_next_event_contract(void) {
       for (int i = 0; i < N; i++)
         if (linked[i]) {
           if (n[i].deadline_tick < min_deadline) min_deadline = n[i].deadline_tick;
-          level_sum += n[i].level;
+          level_sum += n[i].link.level;
         }
       CHECK(t <= min_deadline, "size %" PRIu32 ": next_event %" PRIu64
             " after earliest deadline %" PRIu64, w.size, t, min_deadline);
@@ -732,9 +808,9 @@ static void test_next_event_contract(void) {
       CHECK_EQ(w.now_tick, t);
       size_t got = list_len(&due);
       for (wheel_node *p = due.head; p; p = p->next) {
-        int i = (int)(p - n);
-        CHECK(p->deadline_tick == t, "fired deadline %" PRIu64 " at %" PRIu64,
-              p->deadline_tick, t);
+        int i = (int)(test_node_of(p) - n);
+        CHECK(deadline_of_node(p) == t, "fired deadline %" PRIu64 " at %" PRIu64,
+              deadline_of_node(p), t);
         if (i >= 0 && i < N) linked[i] = false;
       }
       fired += (int)got;
@@ -742,7 +818,7 @@ static void test_next_event_contract(void) {
       if (got == 0) {
         uint64_t after = 0;
         for (int i = 0; i < N; i++)
-          if (linked[i]) after += n[i].level;
+          if (linked[i]) after += n[i].link.level;
         CHECK(after < level_sum, "size %" PRIu32 ": event at %" PRIu64
               " fired nothing and moved nothing down", w.size, t);
       }
@@ -763,7 +839,7 @@ static void test_next_event_contract(void) {
 static void test_due_order(void) {
   static const uint32_t sizes[] = {1, 8, 512, 4096};
   enum { N = 5000 };
-  static wheel_node n[N];
+  static test_node n[N];
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
     wheel w;
     if (!open_wheel(&w, sizes[si], 3)) continue;
@@ -771,7 +847,7 @@ static void test_due_order(void) {
     for (int i = 0; i < N; i++) {
       uint64_t span = (i % 3 == 0) ? 50 : (i % 3 == 1) ? 100000 : UINT64_C(1) << 36;
       uint64_t d = 4 + rnd_below(&rng, span);
-      CHECK_TRUE(wheel_insert(&w, &n[i], d));
+      CHECK_TRUE(insert_at(&w, &n[i], d));
       if (d > maxd) maxd = d;
     }
     wheel_list due = {0};
@@ -781,12 +857,12 @@ static void test_due_order(void) {
     CHECK_EQ(w.count, 0);
     uint64_t last = 0;
     for (wheel_node *p = due.head; p; p = p->next) {
-      if (p->deadline_tick < last) {
+      if (deadline_of_node(p) < last) {
         fail_at(__FILE__, __LINE__, "size %" PRIu32 ": due order %" PRIu64
-                " after %" PRIu64, w.size, p->deadline_tick, last);
+                " after %" PRIu64, w.size, deadline_of_node(p), last);
         break;
       }
-      last = p->deadline_tick;
+      last = deadline_of_node(p);
     }
     wheel_free(&w);
   }
@@ -797,11 +873,11 @@ static void test_size_one(void) {
   if (!open_wheel(&w, 1, 0)) return;
   CHECK_EQ(w.size, 1);
   CHECK_EQ(w.size_bits, 0);
-  wheel_node n[6];
+  test_node n[6];
   const uint64_t d[6] = {1, 2, 63, 64, 65, 4097};
   for (int i = 0; i < 6; i++) {
-    CHECK_TRUE(wheel_insert(&w, &n[i], d[i]));
-    CHECK(n[i].level >= 1, "size 1: node at level 0");
+    CHECK_TRUE(insert_at(&w, &n[i], d[i]));
+    CHECK(n[i].link.level >= 1, "size 1: node at level 0");
   }
   wheel_list due = {0};
   for (uint64_t tick = 1; tick <= 5000; tick++) {
@@ -861,7 +937,7 @@ static void test_list_helpers(void) {
 enum { POOL = 100000, OPS_PER_SIZE = 250000 };
 
 typedef struct tnode {
-  wheel_node wn;                  /* first member: wheel_node* casts back */
+  test_node node;                 /* first member: wheel_node* casts back */
   uint64_t deadline;              /* reference deadline while live */
   uint32_t live_pos;              /* index in live[] while live */
   bool live;
@@ -979,7 +1055,7 @@ static bool is_odd_pool_node(const wheel_node *n, void *ctx) {
 static long random_run(uint32_t size, uint64_t seed, long ops) {
   wheel w;
   long op = -1;
-  if (wheel_init(&w, size) != 0) {
+  if (wheel_init(&w, size, test_deadline, g_deadline_ctx) != 0) {
     fail_at(__FILE__, __LINE__, "wheel_init(%" PRIu32 ") failed", size);
     return 0;
   }
@@ -1007,18 +1083,21 @@ static long random_run(uint32_t size, uint64_t seed, long ops) {
       uint64_t d = random_deadline(&w, &rng);
       uint32_t id = g_free[g_free_n - 1];
       bool expect = d > w.now_tick;
-      bool ok = wheel_insert(&w, &g_pool[id].wn, d);
+      bool ok = insert_at(&w, &g_pool[id].node, d);
       RCHECK(ok == expect, "insert(%" PRIu64 ") at now %" PRIu64
              " returned %d, expected %d", d, w.now_tick, ok, expect);
       if (ok) {
         g_free_n--;
         live_add(id, d);
-        RCHECK(g_pool[id].wn.deadline_tick == d, "deadline_tick not stored");
+        RCHECK(placed_at(&w, &g_pool[id].node.link, d), "deadline %" PRIu64
+               " linked at level %u slot %" PRIu32 ", expected level %u", d,
+               (unsigned)g_pool[id].node.link.level, g_pool[id].node.link.slot,
+               expected_level(&w, d));
       }
     } else if (r < p_insert + p_remove && g_live_n > 0) {
       /* ---- remove a random live node ---- */
       uint32_t id = g_live[rnd_below(&rng, g_live_n)];
-      wheel_remove(&w, &g_pool[id].wn);
+      wheel_remove(&w, &g_pool[id].node.link);
       live_del(id);
     } else {
       /* ---- advance ---- */
@@ -1067,15 +1146,15 @@ static long random_run(uint32_t size, uint64_t seed, long ops) {
         RCHECK(got_n < POOL, "due list longer than the pool (cycle?)");
         uint32_t id = (uint32_t)(t - g_pool);
         RCHECK(t->live, "node %" PRIu32 " fired but is not live", id);
-        RCHECK(p->deadline_tick == t->deadline, "node %" PRIu32
-               " deadline_tick %" PRIu64 " != %" PRIu64, id, p->deadline_tick,
-               t->deadline);
-        RCHECK(p->deadline_tick > prev && p->deadline_tick <= to,
+        uint64_t pd = deadline_of_node(p);
+        RCHECK(pd == t->deadline, "node %" PRIu32
+               " deadline_tick %" PRIu64 " != %" PRIu64, id, pd, t->deadline);
+        RCHECK(pd > prev && pd <= to,
                "node %" PRIu32 " deadline %" PRIu64 " fired outside (%" PRIu64
-               ", %" PRIu64 "]", id, p->deadline_tick, prev, to);
-        RCHECK(p->deadline_tick >= last, "due list out of order: %" PRIu64
-               " after %" PRIu64, p->deadline_tick, last);
-        last = p->deadline_tick;
+               ", %" PRIu64 "]", id, pd, prev, to);
+        RCHECK(pd >= last, "due list out of order: %" PRIu64
+               " after %" PRIu64, pd, last);
+        last = pd;
         g_got[got_n++] = id;
       }
       RCHECK(list_consistent(&due), "due list links inconsistent");
@@ -1133,13 +1212,13 @@ static void test_hints_bounded(void) {
   enum { LIVE = 10, ROUNDS = 1000 };
   wheel w;
   if (!open_wheel(&w, 512, 0)) return;
-  wheel_node kept[LIVE], churned;
-  for (int i = 0; i < LIVE; i++) CHECK_TRUE(wheel_insert(&w, &kept[i], 7));
+  test_node kept[LIVE], churned;
+  for (int i = 0; i < LIVE; i++) CHECK_TRUE(insert_at(&w, &kept[i], 7));
   const wheel_hints *h = &w.hints[0][7];
   uint32_t most = 0;
   for (int round = 0; round < ROUNDS; round++) {
-    CHECK_TRUE(wheel_insert(&w, &churned, 7));
-    wheel_remove(&w, &churned);
+    CHECK_TRUE(insert_at(&w, &churned, 7));
+    wheel_remove(&w, &churned.link);
     if (h->count > most) most = h->count;
   }
   CHECK_EQ(h->live, LIVE);
@@ -1159,8 +1238,8 @@ static void test_hints_stale_and_freed(void) {
   enum { NODES = 5000 };
   wheel w;
   if (!open_wheel(&w, 512, 0)) return;
-  wheel_node *gone = malloc(sizeof *gone);
-  wheel_node *kept = malloc(NODES * sizeof *kept);
+  test_node *gone = malloc(sizeof *gone);
+  test_node *kept = malloc(NODES * sizeof *kept);
   if (!gone || !kept) {
     CHECK(false, "out of memory");
     free(gone);
@@ -1168,10 +1247,10 @@ static void test_hints_stale_and_freed(void) {
     wheel_free(&w);
     return;
   }
-  CHECK_TRUE(wheel_insert(&w, gone, 300));
-  wheel_remove(&w, gone);
+  CHECK_TRUE(insert_at(&w, gone, 300));
+  wheel_remove(&w, &gone->link);
   free(gone);
-  for (int i = 0; i < NODES; i++) CHECK_TRUE(wheel_insert(&w, &kept[i], 300));
+  for (int i = 0; i < NODES; i++) CHECK_TRUE(insert_at(&w, &kept[i], 300));
   const wheel_hints *h = &w.hints[0][300];
   CHECK_EQ(h->count, NODES + 1);
   wheel_list due = {0};
@@ -1189,9 +1268,9 @@ static void test_hints_absent_on_huge_levels(void) {
   if (!open_wheel(&w, UINT32_C(1) << 17, 0)) return;
   CHECK_TRUE(w.hints[0] == NULL);
   CHECK_TRUE(w.hints[1] != NULL);
-  wheel_node a, b;
-  CHECK_TRUE(wheel_insert(&w, &a, 5));
-  CHECK_TRUE(wheel_insert(&w, &b, (UINT64_C(1) << 17) + 5));
+  test_node a, b;
+  CHECK_TRUE(insert_at(&w, &a, 5));
+  CHECK_TRUE(insert_at(&w, &b, (UINT64_C(1) << 17) + 5));
   wheel_list due = {0};
   wheel_advance(&w, (UINT64_C(1) << 17) + 5, &due);
   CHECK_EQ(list_len(&due), 2);
