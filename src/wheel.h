@@ -33,8 +33,8 @@
 /* Intrusive node; embed it in your own struct. The link fields are also free
  * for the owner's use while the node is not in a wheel (see wheel_list). A
  * node keeps where it is linked, not its deadline tick, which the wheel asks
- * its owner for (wheel_deadline_fn): so a node takes 24 B, and the owner's
- * own small fields can use the bytes its alignment would waste. */
+ * its owner for (wheel_deadline_fn): so a node takes 24 B, three of them
+ * (owner_bytes) the owner's, which alignment would otherwise waste. */
 typedef struct wheel_node {
   struct wheel_node *next, *prev;
   uint32_t slot;                                   /* valid while linked */
