@@ -28,7 +28,8 @@
  *   ref_*            reference costs: a clock read, a lock, the least a
  *                    schedule on the real clock does (ref_schedule_floor), a
  *                    cache miss, a random node changed alone and under a
- *                    lock, and the CPU time a thread's 1 ms sleep costs
+ *                    lock, a random node unlinked from a list in random
+ *                    order under a lock, and the CPU time a thread's 1 ms sleep costs
  *                    (ref_sleep_cpu: a timer that fires every tick pays it
  *                    once a tick), and wake_cpu: the CPU of one engine
  *                    wake-up (tq_wait, then a poll of the timeout due),
@@ -260,6 +261,23 @@ static void reference_random_touch(bench *b) {
   result("ref_locked_touch_random", (double)(now_ns() - start) / (double)b->n);
 }
 
+/* The floor of a cancel that unlinks at once, as an intrusive list's must:
+ * a random node taken out of a doubly linked list whose order is random too
+ * (so both neighbours are random nodes), under a lock. */
+static void reference_random_unlink(bench *b) {
+  wheel_list list = {0};
+  for (size_t i = 0; i < b->n; i++) wheel_list_push_back(&list, &b->timeouts[b->order[b->order[i]]].link);
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    pthread_mutex_lock(&m);
+    wheel_list_remove(&list, &b->timeouts[b->order[i]].link);
+    pthread_mutex_unlock(&m);
+  }
+  result("ref_locked_unlink_random", (double)(now_ns() - start) / (double)b->n);
+  if (list.head) fail("the reference list is not empty");
+}
+
 /* Random loads whose addresses are all known in advance (next[] holds a
  * permutation): the CPU overlaps the misses, as it can for a batch of
  * independent nodes, but not along a list. */
@@ -390,6 +408,7 @@ int main(int argc, char **argv) {
     reference_sleep_cpu();
     bench_wake_cpu(&b);
     reference_random_touch(&b);
+    reference_random_unlink(&b);
     reference_miss_latency(b.n * sizeof(timeout));
   }
 

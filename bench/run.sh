@@ -347,8 +347,10 @@ END {
       cell("engine", "ref_clock_gettime", "ns_per_op"), cell("engine", "ref_lock_unlock", "ns_per_op"))
     printf("  clock read + lock + a node pushed on a list (the floor of a schedule) %s ns\n",
       cell("engine", "ref_schedule_floor", "ns_per_op"))
-    printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns\n",
+    printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns;\n",
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
+    printf("  unlinked from a list in random order, under a lock (the floor of an unlink at once) %s ns\n",
+      cell("engine", "ref_locked_unlink_random", "ns_per_op"))
     printf("  CPU time of one 1 ms sleep %s ns (W6 sleeps about once a tick, 10^4 times);\n",
       cell("engine", "ref_sleep_cpu", "ns_per_op"))
     printf("  of one engine wake-up, tq_wait and a poll of the timeout due, %s ns\n",
