@@ -137,15 +137,16 @@ static void unlist_engine(engine *eng) {         /* all_engines_lock held */
 
 /* ---- engine ------------------------------------------------------------ */
 
-/* A new engine, not yet listed. */
 static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
   return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
 }
 
+/* The wheel's wheel_deadline_fn. */
 static uint64_t node_deadline_tick(const wheel_node *n, const void *eng) {
   return deadline_tick(eng, ((const timeout *)(const void *)n)->deadline_ns);
 }
 
+/* A new engine, not yet listed. */
 static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_clock) {
   engine *eng = calloc(1, sizeof *eng);
   if (!eng) return NULL;
@@ -316,7 +317,6 @@ static void unlink_due_locked(timeout *t) {
 }
 
 /* ---- wheel ----------------------------------------------------------- */
-
 
 #define HELD_LEVEL UINT8_MAX    /* link.level of a timeout in eng->held */
 
