@@ -318,7 +318,10 @@ static void unlink_due_locked(timeout *t) {
 
 /* ---- wheel ----------------------------------------------------------- */
 
-#define HELD_LEVEL UINT8_MAX    /* link.level of a timeout in eng->held */
+/* link.level of a pending timeout outside the wheel: set whenever it is
+ * armed, so that a cancel never trusts a level left from an earlier arming. */
+#define HELD_LEVEL UINT8_MAX            /* in eng->held */
+#define NEVER_LEVEL (UINT8_MAX - 1)     /* never fires: in no list */
 
 static void hold_locked(engine *eng, timeout *t) {
   wheel_node *pos = eng->held.tail;
@@ -337,7 +340,10 @@ static void settle_locked(engine *eng, timeout *t, uint64_t now_ns) {
 static void arm_locked(engine *eng, timeout *t) {
   timer_queue *q = t->owner;
   t->state = TIMEOUT_PENDING;
-  if (t->deadline_ns == ENGINE_NEVER) return;
+  if (t->deadline_ns == ENGINE_NEVER) {
+    t->link.level = NEVER_LEVEL;
+    return;
+  }
   q->armed++;
   uint64_t tick = deadline_tick(eng, t->deadline_ns);
   if (!wheel_insert(&eng->wheel, &t->link, tick)) {
@@ -360,15 +366,11 @@ static bool still_held_locked(const timeout *t) {
          (t->state == TIMEOUT_RUNNING && t->periodic);
 }
 
-/* A never-firing timeout is linked nowhere: its link.level may still say
- * HELD_LEVEL from an earlier arming, and unlinking it from the held list
- * would empty that list. */
 static void disarm_locked(engine *eng, timeout *t) {
-  bool linked = t->state == TIMEOUT_PENDING && t->deadline_ns != ENGINE_NEVER;
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
-  else if (linked && t->link.level == HELD_LEVEL) wheel_list_remove(&eng->held, &t->link);
-  else if (linked) wheel_remove(&eng->wheel, &t->link);
-  else return;
+  else if (t->state != TIMEOUT_PENDING || t->link.level == NEVER_LEVEL) return;
+  else if (t->link.level == HELD_LEVEL) wheel_list_remove(&eng->held, &t->link);
+  else wheel_remove(&eng->wheel, &t->link);
   t->owner->armed--;
 }
 
