@@ -293,12 +293,10 @@ peers.heap = {
 -- TIMERWHEEL_DIR holds its source, src/timerwheel/init.lua: Debian does not
 -- package it). Slots of `tick` seconds (its precision), its default ring of
 -- 72000 slots, hwt.now as its clock. Its callbacks get one argument, the
--- arg given to set(). It has no loop of its own: drain() calls step() and
--- sleeps with uv.sleep until the next occupied slot (peek, which scans the
--- slots ahead, so it looks at most a second ahead), as the heap's loop does.
--- timerwheel.lua's loop: step(), then sleep until its next occupied slot,
--- looking at most ahead() seconds ahead (peek scans the slots), until
--- ahead() is no longer positive.
+-- arg given to set(). It has no loop of its own, so run_wheel is one, as the
+-- heap's is: step(), then sleep with uv.sleep until the next occupied slot,
+-- looking at most ahead() seconds ahead (peek scans the slots), until ahead()
+-- is no longer positive.
 local function run_wheel(wheel, ahead)
   local sleep = uv.sleep
   while true do
