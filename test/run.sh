@@ -25,12 +25,15 @@ SCRIPT_TIMEOUT=120
 SANITIZER_ENV=""
 passed=0
 failed=0
+failed_suites=""
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-count() {  # count PASSED FAILED LABEL
+count() {  # count PASSED FAILED LABEL [WHICH_FAILED]
   passed=$((passed + $1)); failed=$((failed + $2))
   echo "$3: $1 passed, $2 failed"
+  if [ "$2" -ne 0 ]; then failed_suites="$failed_suites$3: $2 failed
+${4:-}"; fi
 }
 
 # Runs a command that ends its output with "name: N passed, N failed".
@@ -64,22 +67,26 @@ run_busted() {  # run_busted CPATH LABEL
   if [ -z "$summary" ]; then ok=0; bad=1; skipped=0; fi
   bad=$(($bad + $skipped))          # a skipped spec is not a pass
   if [ "$status" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
-  count "$ok" "$bad" "$2"
+  which=$(awk '/^(Failure|Error) -> /{ where = $0; getline; print "  " where ": " $0 }' "$log")
+  count "$ok" "$bad" "$2" "${which:+$which
+}"
 }
 
 # Each script is one test: it passes when it exits 0.
 run_lua_scripts() {  # run_lua_scripts CPATH LABEL SCRIPT [ARG]...
   cpath=$1; label=$2; script=$3; shift 3
-  p=0; f=0
+  p=0; f=0; which=""
   for argument in "$@"; do
     if env LUA_PATH='lua/?.lua;;' LUA_CPATH="$cpath;;" $SANITIZER_ENV \
          timeout "$SCRIPT_TIMEOUT" "$LUA" $script $argument >"$log" 2>&1; then
       p=$((p + 1))
     else
       f=$((f + 1)); echo "FAILED: $script $argument"; cat "$log"
+      which="$which  ${script:+$script }$argument
+"
     fi
   done
-  count "$p" "$f" "$label"
+  count "$p" "$f" "$label" "$which"
 }
 
 run_examples() {  # run_examples CPATH LABEL
@@ -151,5 +158,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "bench smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 
+# CI may keep only the end of a long log: name the failing suites just above the total.
+if [ -n "$failed_suites" ]; then printf 'Failed suites (their output is above):\n%s' "$failed_suites"; fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
