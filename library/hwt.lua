@@ -188,7 +188,9 @@ function hwt.Timer:run_for(seconds) end
 function hwt.Timer:pending() end
 
 ---A file descriptor readable while due tasks wait for poll() (eventfd or pipe), for luv / cqueues / epoll loops.
----@return integer fd
+---The first call starts the worker thread; nil and a message when the system refuses one.
+---@return integer? fd
+---@return string? err
 ---@nodiscard
 function hwt.Timer:fd() end
 

@@ -85,10 +85,32 @@ io.write("pending:", timers[1]:pending() + timers[2]:pending() + m:pending(), "\
 ]]
 
 describe("lifecycle", function()
+  it("starts no thread until fd() is called: then the worker starts, and stop() joins it", function()
+    full_gc()
+    local base = threads_settle(threads())
+    local t = hwt.new({ tick = 0.001, shared = false })
+    for i = 1, 100 do t:timeout(i * 0.001, noop) end
+    t:every(0.002, noop)
+    assert.is_true(t:wait(1))
+    assert.is_true(t:poll() >= 1)
+    t:next_due(); t:stats()
+    assert.equals(base, threads())               -- poll(), wait(), next_due() drove it alone
+    assert.is_number(t:fd())
+    assert.equals(base + 1, threads())
+    t:timeout(0.001, noop)
+    t:fd()
+    assert.equals(base + 1, threads())           -- one worker, however often fd() is called
+    t:stop()
+    assert.equals(base, threads_settle(base))
+    assert.is_number(t:fd())                     -- a stopped timer's fd starts nothing
+    assert.equals(base, threads())
+  end)
+
   it("stop() joins the worker and returns the unrun timeouts in deadline order", function()
     full_gc()
     local base = threads()
     local t = hwt.new({ tick = 0.001 })
+    t:fd()                                       -- starts the worker
     local ran = t:timeout(0.001, noop)
     assert.is_true(t:wait(2))
     assert.equals(1, t:poll())
@@ -168,6 +190,7 @@ describe("lifecycle", function()
       do
         local t <close> = hwt.new({ tick = 0.001 })
         keep = t
+        t:fd()
         pend = t:timeout(10, noop)
         assert.is_true(threads() >= base + 1)
         assert.equals(1, t:pending())
@@ -198,6 +221,7 @@ describe("lifecycle", function()
     local base = threads()
     do
       local t = hwt.new({ tick = 0.001 })
+      t:fd()                                     -- with its worker running
       for i = 1, 2000 do t:timeout(i * 0.0005, noop) end
       for i = 1, 10 do t:every(0.001 * i, function(to) to:timer():timeout(1, noop) end) end
       t:timeout(math.huge, noop)
@@ -264,6 +288,7 @@ os.exit(0, true)
     full_gc()
     local base = threads()
     local t = hwt.new({ tick = 0.001 })
+    t:fd()
     local log, result = {}, nil
     local a = t:timeout(0.01, function(to)
       log[#log + 1] = "a"
@@ -319,7 +344,8 @@ os.exit(0, true)
       local alive = {}
       for i = 1, 200 do
         local t = hwt.new({ tick = 0.001, shared = false })
-        t:timeout(60, noop)                    -- starts the worker
+        t:fd()                                 -- starts the worker
+        t:timeout(60, noop)
         t:every(0.5, noop)
         if i <= 10 then alive[i] = t end
       end
@@ -342,6 +368,7 @@ os.exit(0, true)
       local stopped = {}
       for i = 1, 50 do
         local t = hwt.new({ tick = 0.001, shared = false })
+        t:fd()
         t:timeout(60, noop)
         t:stop()
         stopped[i] = t

@@ -21,6 +21,7 @@ describe("shared engines", function()
     local function make(count)
       for i = 1, count do
         local t = hwt.new({ tick = tick })
+        t:fd()                                     -- the worker drives the wheel for it
         local deadline = hwt.now() + 0.05
         t:timeout(0.05, function(_, id)
           fired_by[#fired_by + 1] = { id = id, late = hwt.now() - deadline }
@@ -68,6 +69,7 @@ describe("shared engines", function()
     local function make()
       for i = 1, 50 do
         local t = hwt.new({ tick = tick })
+        t:fd()
         for k = 1, 20 do t:timeout(k * 0.003, function() ran = ran + 1 end) end
         if i % 2 == 0 then kept[#kept + 1] = t end
       end
@@ -89,10 +91,13 @@ describe("shared engines", function()
     local base = threads_settle(threads())
     local tick = 0.0047
     local first = hwt.new({ tick = tick })
+    first:fd()
     first:timeout(0, function() end)
     first:stop()
     assert.equals(base, threads_settle(base))
     local second = hwt.new({ tick = tick })
+    second:fd()
+    assert.equals(base + 1, threads())
     local ran = false
     second:timeout(0.01, function() ran = true end)
     assert.equals(1, second:run())
@@ -121,8 +126,8 @@ describe("shared engines", function()
     local tick = 0.0053
     local private1 = hwt.new({ tick = tick, shared = false })
     local private2 = hwt.new({ tick = tick, shared = false })
-    private1:timeout(60, function() end)
-    private2:timeout(60, function() end)
+    private1:fd()
+    private2:fd()
     assert.equals(base + 2, threads())
     assert.is_false(private1:stats().shared)
     assert.is_false(hwt.new({ clock = "manual", tick = tick }):stats().shared)

@@ -651,10 +651,14 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* The worker blocks every signal: a process-directed signal (SIGCHLD,
- * SIGQUIT in an nginx master) must reach the threads that wait for it. */
+/* Starts the worker once a queue's fd is watched: only such a queue needs it
+ * (the others bring the wheel up to date in their own calls), and a process
+ * that never starts a thread keeps glibc's single-threaded locks, whose
+ * unlock is a plain store rather than a fenced exchange. The worker blocks
+ * every signal: a process-directed signal (SIGCHLD, SIGQUIT in an nginx
+ * master) must reach the threads that wait for it. */
 static int ensure_worker_locked(engine *eng) {
-  if (eng->manual_clock || eng->worker_started) return TQ_OK;
+  if (eng->manual_clock || eng->worker_started || eng->watched_queues == 0) return TQ_OK;
   sigset_t all_signals, caller_mask;
   sigfillset(&all_signals);
   pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
@@ -1159,18 +1163,30 @@ uint64_t tq_due_at(timeout *t) {
   return due_at_ns;
 }
 
+/* From now on q's fd is kept current, and the worker (started now if need
+ * be) drives the wheel for q. */
+static int watch_fd_locked(engine *eng, timer_queue *q) {
+  if (!q->stopped) {
+    eng->watched_queues++;
+    int result = ensure_worker_locked(eng);
+    if (result != TQ_OK) {
+      eng->watched_queues--;
+      return result;
+    }
+  }
+  q->wake_fd_watched = true;
+  collect_locked(eng, engine_now(eng));
+  if (q->due.head) signal_due_locked(q);
+  pthread_cond_signal(&eng->worker_cond);
+  return TQ_OK;
+}
+
 int tq_fd(timer_queue *q) {
   engine *eng = lock_engine(q);
   if (!eng) return q->wake_read_fd;
-  if (!q->wake_fd_watched) {
-    q->wake_fd_watched = true;
-    if (!q->stopped) eng->watched_queues++;
-    collect_locked(eng, engine_now(eng));
-    if (q->due.head) signal_due_locked(q);
-    pthread_cond_signal(&eng->worker_cond);       /* it drives the wheel from now on */
-  }
+  bool watched = q->wake_fd_watched || watch_fd_locked(eng, q) == TQ_OK;
   pthread_mutex_unlock(&eng->lock);
-  return q->wake_read_fd;
+  return watched ? q->wake_read_fd : -1;
 }
 
 void tq_get_stats(timer_queue *q, tq_stats *out) {

@@ -236,7 +236,8 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns);
  * the first call on: until someone watches it, arming and draining make no
  * system calls for it, and the worker thread does not drive the wheel for q
  * (q's own calls bring it up to date: tq_poll_begin, tq_wait, tq_next_due,
- * tq_get_stats, timeout_state). */
+ * tq_get_stats, timeout_state). The engine's worker thread starts with the
+ * first watched fd; -1 (nothing watched) when it cannot be started. */
 int tq_fd(timer_queue *q);
 bool tq_is_stopped(timer_queue *q);
 void tq_get_stats(timer_queue *q, tq_stats *out);

@@ -1024,6 +1024,8 @@ static void push_refusal(lua_State *L, uint64_t max_pending) {
   lua_pushstring(L, message);
 }
 
+#define NO_THREAD_MESSAGE "cannot start the timer's worker thread"
+
 /* A failed tq_schedule or tq_reset: raises once stopped, else nil and why. */
 static int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
   if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
@@ -1031,7 +1033,7 @@ static int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
   if (result == TQ_FULL)
     push_refusal(L, tm->queue.max_pending);
   else
-    lua_pushliteral(L, "cannot start the timer's worker thread");
+    lua_pushliteral(L, NO_THREAD_MESSAGE);
   return 2;
 }
 
@@ -1174,7 +1176,13 @@ static int timer_now(lua_State *L) {
 }
 
 static int timer_fd(lua_State *L) {
-  lua_pushinteger(L, tq_fd(&check_alive_timer(L, 1)->queue));
+  int fd = tq_fd(&check_alive_timer(L, 1)->queue);
+  if (fd < 0) {
+    lua_pushnil(L);
+    lua_pushliteral(L, NO_THREAD_MESSAGE);
+    return 2;
+  }
+  lua_pushinteger(L, fd);
   return 1;
 }
 

@@ -435,6 +435,7 @@ static unsigned long long other_thread_blocked_signals(void) {
 static void test_worker_blocks_signals(void) {
   timer_queue q;
   open_queue(&q, TICK_1MS, 64, false, 0);
+  CHECK(tq_fd(&q) >= 0);                               /* starts the worker */
   timeout far = {0};
   CHECK(tq_schedule(&q, &far, 60000 * MS, 0) == TQ_OK);
   unsigned long long mask = other_thread_blocked_signals();

@@ -7,7 +7,7 @@
 --   assert(cq:loop())             -- returns once nothing can fall due
 --
 -- attach(timer, controller) returns a handle, or nil and a message when
--- cqueues cannot be loaded. Every due task runs in a cqueues coroutine of its
+-- cqueues cannot be loaded or timer:fd() cannot start the worker thread. Every due task runs in a cqueues coroutine of its
 -- own on the controller (poll()'s spawn is controller:wrap; tasks start in
 -- deadline order, whatever order cqueues resumes them in), so a task may
 -- use cqueues sockets, cqueues.sleep and condition variables, and a task that
@@ -171,7 +171,7 @@ local function earlier(self)
   end
 end
 
--- attach(timer, controller) -> handle, or nil and a message without cqueues.
+-- attach(timer, controller) -> handle, or nil and a message (see above).
 function M.attach(timer, controller)
   local stats = check_timer(timer)
   local loaded, err = load_cqueues()
@@ -179,9 +179,11 @@ function M.attach(timer, controller)
   if cqueues.type(controller) ~= "controller" then
     arg_error(2, "cqueues controller expected, got " .. type_name(controller))
   end
+  local fd, no_thread = timer:fd()
+  if not fd then return nil, no_thread end
   local self = setmetatable({
     ref = setmetatable({ timer = timer }, WEAK_VALUES), attached = true, driving = false,
-    fd = timer:fd(), controller = controller, slack = stats.tick + FALLBACK_SLACK,
+    fd = fd, controller = controller, slack = stats.tick + FALLBACK_SLACK,
     recheck = condition.new(), queue = { first = 1, last = 0 },
   }, Handle)
   self.on_earlier = function() earlier(self) end

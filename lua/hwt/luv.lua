@@ -9,7 +9,7 @@
 --   uv.run()                      -- returns once nothing can fall due
 --
 -- attach(timer [, opts]) returns a handle, or nil and a message when luv
--- cannot be loaded. opts.spawn is poll()'s spawn: with it each due task runs
+-- cannot be loaded or timer:fd() cannot start the worker thread. opts.spawn is poll()'s spawn: with it each due task runs
 -- through spawn(run), e.g. in a coroutine of its own, where it may wait for
 -- luv I/O by yielding (Lua 5.2+ and LuaJIT; on 5.1 the yield is the task's
 -- error). Without it the tasks run inside the uv callback, one after another.
@@ -208,15 +208,17 @@ local function earlier(self, due_in)
   arm_fallback(self, due_in)
 end
 
--- attach(timer [, opts]) -> handle, or nil and a message without luv.
+-- attach(timer [, opts]) -> handle, or nil and a message (see above).
 function M.attach(timer, opts)
   local stats = check_timer(timer)
   opts = check_options(opts)
   local loaded, err = load_luv()
   if not loaded then return nil, err end
+  local fd, no_thread = timer:fd()
+  if not fd then return nil, no_thread end
   local self = setmetatable({
     ref = setmetatable({ timer = timer }, WEAK_VALUES), attached = true,
-    fd = timer:fd(), spawn = opts.spawn, slack = stats.tick + FALLBACK_SLACK,
+    fd = fd, spawn = opts.spawn, slack = stats.tick + FALLBACK_SLACK,
   }, Handle)
   self.on_earlier = function(due_in) earlier(self, due_in) end
   driver.attach(timer)
