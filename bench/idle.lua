@@ -35,7 +35,8 @@ end
 
 local main_tid = pid
 local timer = hwt.new()
-timer:timeout(0, function() end)           -- starts the worker thread
+assert(timer:fd())                          -- starts the worker thread, as a host loop would
+timer:timeout(0, function() end)
 timer:wait(1); timer:poll()
 
 local worker

@@ -546,12 +546,13 @@ end
 W.W4 = function() fire(N, 1.0, nil) end
 W.W6 = function() fire(N, seconds or 10.0, 512) end
 
--- W5: idle for `seconds` with one timeout 1 h away.
+-- W5: idle for `seconds` with one timeout 1 h away and the fd watched.
 W.W5 = function()
   local s = seconds or 5
   local far = 3600.0
   if peer == "hwt" then
     local timer = hwt.new({ tick = 0.001 })
+    assert(timer:fd())                          -- watched, as by a host loop: the worker runs
     timer:timeout(far, function() end)
     timer:wait(0.2)                             -- let the worker settle
     local worker
