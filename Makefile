@@ -109,6 +109,11 @@ $(BUILD)/tsan/stress_engine: test/stress_engine.c src/wheel.c src/engine.c $(COR
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
+# A pthread_create that always fails, preloaded by test/no_thread_test.lua's run.
+$(BUILD)/no_thread.so: test/no_thread.c
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) $(CFLAGS) -fPIC -shared -o $@ $<
+
 $(OUT)/asan/alloc_host: test/alloc_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS)
@@ -127,7 +132,7 @@ deps:
 
 # Everything: C tests, busted specs and examples, then the same under
 # ASan+UBSan, and the engine's C test under TSan.
-test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
+test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) sh test/run.sh
 
 asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
@@ -141,13 +146,13 @@ all-luas:
 	  $(MAKE) --no-print-directory LUA=$$lua all || exit 1; done
 	@$(MAKE) --no-print-directory LUA=luajit $(BUILD)/luajit/asan/hwt/core.so
 
-test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build
+test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 # make test-all-luas, plus the reliability checks of test/RELIABILITY.md, the
 # nginx test, the LuaRocks install test and a smoke run of the benchmark harness
 # (so it installs the benchmark peers too).
-check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) asan-build $(CHECK_BINARIES)
+check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build $(CHECK_BINARIES)
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \
 	  HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
