@@ -7,9 +7,10 @@
 --   assert(cq:loop())             -- returns once nothing can fall due
 --
 -- attach(timer, controller) returns a handle, or nil and a message when
--- cqueues cannot be loaded or timer:fd() cannot start the worker thread. Every due task runs in a cqueues coroutine of its
--- own on the controller (poll()'s spawn is controller:wrap; tasks start in
--- deadline order, whatever order cqueues resumes them in), so a task may
+-- cqueues cannot be loaded or timer:fd() cannot start the worker thread.
+-- Every due task runs in a cqueues coroutine of its own on the controller
+-- (poll()'s spawn is controller:wrap; tasks start in deadline order,
+-- whatever order cqueues resumes them in), so a task may
 -- use cqueues sockets, cqueues.sleep and condition variables, and a task that
 -- waits does not hold up the others (Lua 5.2+ and LuaJIT; on PUC 5.1, where
 -- pcall cannot be yielded across, a task's yield is its error, which goes to

@@ -9,10 +9,11 @@
 --   uv.run()                      -- returns once nothing can fall due
 --
 -- attach(timer [, opts]) returns a handle, or nil and a message when luv
--- cannot be loaded or timer:fd() cannot start the worker thread. opts.spawn is poll()'s spawn: with it each due task runs
--- through spawn(run), e.g. in a coroutine of its own, where it may wait for
--- luv I/O by yielding (Lua 5.2+ and LuaJIT; on 5.1 the yield is the task's
--- error). Without it the tasks run inside the uv callback, one after another.
+-- cannot be loaded or timer:fd() cannot start the worker thread. opts.spawn
+-- is poll()'s spawn: with it each due task runs through spawn(run), e.g. in
+-- a coroutine of its own, where it may wait for luv I/O by yielding (Lua
+-- 5.2+ and LuaJIT; on 5.1 the yield is the task's error). Without it the
+-- tasks run inside the uv callback, one after another.
 --
 -- Like a uv timer, the attachment keeps uv.run() going only while the timer
 -- has something that can fall due (timer:next_due() is a number). Then, and
