@@ -1059,6 +1059,12 @@ local OPERATIONS = {
   { 1, "drain_in_coroutine", with_book(drain_in_coroutine) },
   { 1, "scoped_timer", scoped_timer },
   { 1, "inspect", inspect },
+  { 2, "watch_fd", with_book(function(book)                 -- starts the worker mid-run
+      local ok, fd, err = try(book.timer.fd, book.timer)
+      if ok and fd then count("fd watched") end
+      expect(not ok or math.type(fd) == "integer" or err == "cannot start the timer's worker thread",
+        "fd() returned %s, %s", describe(fd), describe(err))
+    end) },
   { 1, "deep_collect", function() if depth == 0 and chance(0.3) then deep_collect(1, 150) end end },
 }
 
