@@ -170,8 +170,8 @@ no_wheel:
 
 static int ensure_worker_locked(engine *eng);
 
-/* Joins the worker. A queue that started (and scheduled) meanwhile gets a new
- * one; a second caller while a join is under way has nothing to do. */
+/* Joins the worker. A queue whose fd was watched meanwhile gets a new one; a
+ * second caller while a join is under way has nothing to do. */
 static void stop_worker(engine *eng) {
   pthread_mutex_lock(&eng->lock);
   bool joinable = eng->worker_started && !eng->joining;
@@ -186,7 +186,7 @@ static void stop_worker(engine *eng) {
   pthread_mutex_lock(&eng->lock);
   eng->stopping = eng->joining = eng->worker_started = false;
   eng->worker_wake_ns = ENGINE_NEVER;
-  if (eng->running_queues > 0 && eng->wheel.count > 0) ensure_worker_locked(eng);
+  ensure_worker_locked(eng);
   pthread_mutex_unlock(&eng->lock);
 }
 
