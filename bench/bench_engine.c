@@ -218,7 +218,8 @@ static void bench_wake_cpu(bench *b) {
   tq_destroy(&q);
 }
 
-/* 1) schedule + cancel on the real clock (the worker thread is running). */
+/* 1) schedule + cancel on the real clock. No fd is watched, so no worker
+ * thread runs, as in a process that drives its timer with wait() and poll(). */
 static void bench_real_clock(bench *b) {
   timer_queue q;
   new_engine(false, &q);
