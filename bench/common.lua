@@ -16,8 +16,15 @@ function M.statm_rss_bytes()
   return rss * 4096     -- page size: 4 KiB on x86-64/aarch64 Linux defaults
 end
 
+-- BENCH_GC=stop leaves the collector stopped after each full collection, to
+-- measure a workload without the collector's work. Set here, not by
+-- LUA_INIT: on LuaJIT (and Lua 5.1) a full collection restarts a stopped
+-- collector.
+local stop_collector = os.getenv("BENCH_GC") == "stop"
+
 function M.full_gc()
   collectgarbage("collect"); collectgarbage("collect")
+  if stop_collector then collectgarbage("stop") end
 end
 
 return M
