@@ -3,7 +3,8 @@
 -- beside the Timeout, or the Timeout's user value table for one or two
 -- arguments; a slot it lets go is cleared by the loop and given back later).
 -- These hold on every VM: each task gets its own Timeout and exactly its
--- arguments, slots let go in a drain are reused without mixing calls up,
+-- arguments, timeouts(), reset() and stop() find the Timeout of every kind
+-- of task, slots let go in a drain are reused without mixing calls up,
 -- what ran or was cancelled is collectable, and a task that is a userdata is
 -- never taken for a Timeout.
 local hwt = require("hwt")
@@ -75,6 +76,34 @@ describe("the dispatch", function()
     assert.are.equal(4, #never_ran)
     for i, t in ipairs(never_ran) do assert.are.equal(handles[i + 2], t) end
     assert.are.equal(2, ran)
+  end)
+
+  it("gives back each Timeout itself, whatever its task's shape", function()
+    local timer = manual()
+    local tasks = {
+      function() end,                                   -- the Timeout alone
+      callable_userdata(function() end),
+      { function() end, "a" },                          -- one argument
+      { function() end, "a", "b" },                     -- two
+      { function() end, "a", "b", "c" },                -- more
+      { { run = function() end }, "r" },                -- a TimerTask
+    }
+    local handles = {}
+    for i, task in ipairs(tasks) do
+      if type(task) == "table" and task[2] then
+        handles[i] = timer:timeout(i, task[1], table.unpack and table.unpack(task, 2) or unpack(task, 2))
+      else
+        handles[i] = timer:timeout(i, task)
+      end
+    end
+    local listed = timer:timeouts()
+    assert.are.equal(#tasks, #listed)
+    for i = 1, #tasks do assert.is_true(rawequal(handles[i], listed[i])) end
+    assert.are.equal(1, timer:advance(1))
+    for i = 1, #tasks do assert.is_true(handles[i]:reset(#tasks + i)) end  -- anchored again
+    local never_ran = timer:stop()
+    assert.are.equal(#tasks, #never_ran)
+    for i = 1, #tasks do assert.is_true(rawequal(handles[i], never_ran[i])) end
   end)
 
   it("reuses the slots it lets go within a drain without mixing calls up", function()
