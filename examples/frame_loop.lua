@@ -18,7 +18,8 @@ end })
 -- not sleep at all and the loop would spin. A frame loop sleeps to the frame
 -- boundary whatever falls due: due tasks wait for the next frame (at most
 -- one frame late). An hwt timer with nothing scheduled is a plain sleep: its
--- wait(s) just sleeps s (it shares the worker thread, and never wakes it).
+-- wait(s) just sleeps s on the calling thread (no worker thread is involved:
+-- nothing watches this timer's fd).
 local pacer = hwt.new({ tick = 0.002 })
 
 local frame = 0

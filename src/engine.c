@@ -107,8 +107,9 @@ static void after_fork_in_parent(void) {
   pthread_mutex_unlock(&all_engines_lock);
 }
 
-/* The worker does not exist in the child: forget it (its next timeout starts
- * a new one) and give the child fresh synchronisation objects. */
+/* The worker does not exist in the child: forget it (while an fd is watched,
+ * the next timeout or fd() starts a new one) and give the child fresh
+ * synchronisation objects. */
 static void after_fork_in_child(void) {
   for (engine *e = all_engines; e; e = e->fork_next) {
     e->worker_started = e->stopping = e->joining = false;
