@@ -91,7 +91,7 @@ describe("the dispatch", function()
     local handles = {}
     for i, task in ipairs(tasks) do
       if type(task) == "table" and task[2] then
-        handles[i] = timer:timeout(i, task[1], table.unpack and table.unpack(task, 2) or unpack(task, 2))
+        handles[i] = timer:timeout(i, task[1], compat.unpack(task, 2))
       else
         handles[i] = timer:timeout(i, task)
       end
