@@ -65,8 +65,9 @@ end
 -- On LuaJIT the take is an FFI call (a classic one before each task costs a
 -- loop whose tasks miss the cache three times as much: bench/RESULTS.md).
 -- The call comes from the anchor table, which on LuaJIT holds, for slot s,
--- the Timeout at 2s - 1 and at 2s its task, or for shapes 1 and 2 its user
--- value table (the task and the arguments). The FFI take does the step of a
+-- the Timeout at 2s - 1 and at 2s its task; a task of shape 1 or 2 is
+-- anchored instead by its user value table (the Timeout at 0, the task and
+-- the arguments), at slot s of the single anchors. The FFI take does the step of a
 -- poll that needs no Lua API; for the rest (a hand-off, a watcher, ...) it
 -- returns `classic`, having done nothing, and the classic take does it, in
 -- run_batch. The slot of a timeout it let go is this loop's to clear; the
@@ -78,26 +79,36 @@ if internal.ffi_take then
   local layout, anchors_of = internal.ffi_layout, internal.ffi_anchors
   local CLASSIC, RELEASED, SHAPE = layout.classic, layout.released, layout.shape
   local TASK, FIRST_ARG, SECOND_ARG = layout.task, layout.first_arg, layout.first_arg + 1
+  local SELF, SINGLES = layout.self, layout.singles
   local step = ffi.new("int32_t[?]", layout.step_size)
 
   dispatch_batch = function(drain, budget)
     probe()
     local anchors = anchors_of(drain)
+    local singles = anchors[SINGLES]
     local cleared = 0
     for n = 1, budget do
       local slot = ffi_take(drain, cleared, step)
       cleared = 0
       local released = step[RELEASED]
       if released ~= 0 and slot ~= CLASSIC then
-        anchors[2 * released - 1], anchors[2 * released] = nil, nil
+        if released > 0 then
+          anchors[2 * released - 1], anchors[2 * released] = nil, nil
+        else
+          singles[-released] = nil
+        end
         cleared = released
       end
       if slot > 0 then
-        local shape, t, call = step[SHAPE], anchors[2 * slot - 1], anchors[2 * slot]
-        if shape == 0 then call(t)
-        elseif shape == 1 then call[TASK](t, call[FIRST_ARG])
-        elseif shape == 2 then call[TASK](t, call[FIRST_ARG], call[SECOND_ARG])
-        else call_with_args(call, t, args_of(drain)) end
+        local shape = step[SHAPE]
+        if shape == 0 then anchors[2 * slot](anchors[2 * slot - 1])
+        elseif shape == 1 then
+          local values = singles[slot]
+          values[TASK](values[SELF], values[FIRST_ARG])
+        elseif shape == 2 then
+          local values = singles[slot]
+          values[TASK](values[SELF], values[FIRST_ARG], values[SECOND_ARG])
+        else call_with_args(anchors[2 * slot], anchors[2 * slot - 1], args_of(drain)) end
       elseif slot == 0 or run_batch(drain, 1) then
         return true, n - 1
       end

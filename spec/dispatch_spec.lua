@@ -1,7 +1,9 @@
 -- dispatch_spec.lua: what the dispatch loop keeps for each anchored timeout
 -- (on LuaJIT, its FFI take reads the call from the anchor table: the task
--- beside the Timeout, or the Timeout's user value table for one or two
--- arguments; a slot it lets go is cleared by the loop and given back later).
+-- beside the Timeout, or for one or two arguments the Timeout's user value
+-- table alone, which holds the Timeout too; a slot it lets go is cleared by
+-- the loop and given back later). A timeout is anchored, whatever its task,
+-- until it runs or is cancelled.
 -- These hold on every VM: each task gets its own Timeout and exactly its
 -- arguments, timeouts(), reset() and stop() find the Timeout of every kind
 -- of task, slots let go in a drain are reused without mixing calls up,
@@ -59,6 +61,31 @@ describe("the dispatch", function()
     assert.are.same({ 1, 2, 3 }, { seen[6][1], seen[6][2], seen[6][3] })
     assert.are.equal("r", seen[7][1])
     assert.are.equal(handles[7]:task(), seen[7].self)
+  end)
+
+  it("keeps a timeout whose handle was dropped, whatever its task's shape, until it runs", function()
+    local timer = manual()
+    local seen = {}
+    local function record(id)
+      return function(t, ...) seen[id] = { t = t, n = select("#", ...), ... } end
+    end
+    local weak = setmetatable({}, { __mode = "v" })
+    weak[1] = timer:timeout(0.001, record(1))
+    weak[2] = timer:timeout(0.001, record(2), "a")
+    weak[3] = timer:timeout(0.001, record(3), "a", "b")
+    weak[4] = timer:timeout(0.001, record(4), "a", "b", "c")
+    weak[5] = timer:timeout(0.001, { run = function(_, t, ...) seen[5] = { t = t, n = select("#", ...), ... } end }, "a")
+    collectgarbage()
+    collectgarbage()
+    for id = 1, 5 do assert.is_not_nil(weak[id]) end
+    assert.are.equal(5, timer:advance(0.001))
+    for id = 1, 5 do assert.is_true(rawequal(weak[id], seen[id].t)) end
+    assert.are.same({ 0, 1, 2, 3, 1 }, { seen[1].n, seen[2].n, seen[3].n, seen[4].n, seen[5].n })
+    assert.are.same({ "a", "b", "c" }, { seen[4][1], seen[4][2], seen[4][3] })
+    assert.are.same({ "a", "b" }, { seen[3][1], seen[3][2] })
+    assert.are.same({ "a", "a" }, { seen[2][1], seen[5][1] })
+    seen = nil
+    assert.are.equal(5, count_collected(weak, 5))
   end)
 
   it("never takes a task that is a userdata for a Timeout", function()

@@ -20,11 +20,12 @@
  * so dropping a Timer still lets its __gc stop the queue, and for that the
  * functions a script gives (on_error, on_earlier's) hang on the Timer.
  * On LuaJIT the anchor table also holds each anchored timeout's call, for
- * the FFI take (see keep_call).
+ * the FFI take, and at 0 a table of single anchors (see anchor_slots).
  * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
  * on_earlier watcher. Queue user values: 1 the anchor table, 2 the memory
- * of its free anchor slots. Timeout user
- * values: 1 its timer's queue, 2 its task, 3.. the extra arguments. Drain
+ * of its free anchor slots, 3 its idle drain, 4 that of its free single
+ * anchor slots. Timeout user values: 1 its timer's queue, 2 its task, 3..
+ * the extra arguments (on LuaJIT, 0: itself, once single-anchored). Drain
  * user values: 1 its queue, 2 the anchor table, 3 a hand-off's timeout.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
@@ -63,7 +64,8 @@
 #define QUEUE_UV_ANCHORS 1
 #define QUEUE_UV_FREE_SLOTS 2
 #define QUEUE_UV_IDLE_DRAIN 3   /* a finished poll's drain, for the next poll */
-#define QUEUE_UVS 3
+#define QUEUE_UV_FREE_SINGLES 4 /* the memory of its free single anchor slots (LuaJIT) */
+#define QUEUE_UVS 4
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
@@ -91,9 +93,20 @@ typedef struct anchor_slots {
   uint32_t *free;
   uint32_t free_count, used, capacity;
 } anchor_slots;
+/* Where a timeout is anchored. On LuaJIT a task with one or two arguments
+ * is anchored by a single entry, its user value table, which also holds the
+ * Timeout (at TIMEOUT_UV_SELF), in a second table kept in the anchor table
+ * at SINGLES_INDEX; every other timeout by two entries of the anchor table
+ * (see keep_call). A pending timeout costs the collector one entry fewer
+ * than two would on the OpenResty idiom, timer:timeout(d, handler, conn). */
+enum { ANCHOR_MAIN, ANCHOR_SINGLE };
 #if COMPAT_FFI
+#define ANCHOR_KINDS 2
 #define ANCHOR_STRIDE 2         /* a Timeout, then its task (see keep_call) */
+#define SINGLES_INDEX 0         /* the anchor table's entry for the single anchors */
+#define TIMEOUT_UV_SELF 0       /* a single-anchored Timeout in its user value table */
 #else
+#define ANCHOR_KINDS 1
 #define ANCHOR_STRIDE 1
 #endif
 #define ANCHOR_SLOTS_MIN 64
@@ -111,7 +124,7 @@ typedef struct lhwt_timer {
   uint32_t wheel_size;
   bool has_watcher;             /* its Timer's TIMER_UV_WATCHER is set */
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
-  anchor_slots slots;
+  anchor_slots slots[ANCHOR_KINDS];
   state_timers *home;           /* the list it is in while running */
   struct lhwt_timer *prev_in_state, *next_in_state;
 } lhwt_timer;
@@ -130,7 +143,7 @@ struct state_timers {
 
 typedef struct lhwt_timeout {
   timeout node;                 /* first: engine pointers convert back */
-  uint32_t anchor;              /* its anchor table slot; 0 while not anchored */
+  uint32_t anchor;              /* its anchor slot (of its kind); 0 while not anchored */
   uint8_t nargs;                /* <= MAX_TASK_ARGS */
   bool run_method;              /* task is a TimerTask table: task:run(...) */
   uint16_t drains;              /* drains that took it and have not finished it:
@@ -151,7 +164,7 @@ typedef struct drain {
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
 #if COMPAT_FFI
-  uint32_t released;            /* a slot the FFI take let go, until settled (see there) */
+  int32_t released;             /* a slot the FFI take let go, until settled (see there) */
 #endif
 } drain;
 
@@ -249,18 +262,6 @@ static lhwt_timer *timer_of(const lhwt_timeout *to) {
   return (lhwt_timer *)(void *)to->node.owner;    /* the queue is its first member */
 }
 
-/* Doubles the room for free slots of the queue at queue_idx. */
-static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int queue_idx) {
-  anchor_slots *slots = &tm->slots;
-  if (slots->capacity >= ANCHOR_SLOTS_MAX) luaL_error(L, "too many timeouts anchored");
-  uint32_t capacity = slots->capacity ? 2 * slots->capacity : ANCHOR_SLOTS_MIN;
-  uint32_t *free_slots = compat_newuserdata(L, capacity * sizeof *free_slots, 0);
-  if (slots->free_count) memcpy(free_slots, slots->free, slots->free_count * sizeof *free_slots);
-  compat_setuservalue(L, lua_absindex(L, queue_idx), QUEUE_UV_FREE_SLOTS);
-  slots->free = free_slots;
-  slots->capacity = capacity;
-}
-
 /* How lua/hwt.lua calls a task: task(t) .. task(t, a, b) straight from the
  * values take() returns (no vararg call on the common path), or, for a
  * TimerTask or more arguments, with what internal.args() returns. */
@@ -270,24 +271,45 @@ static int call_shape(const lhwt_timeout *to) {
   return to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
 }
 
+#if COMPAT_FFI
+static int anchor_kind(const lhwt_timeout *to) {
+  int shape = call_shape(to);
+  return shape == 1 || shape == 2 ? ANCHOR_SINGLE : ANCHOR_MAIN;
+}
+#else
+#define anchor_kind(to) ((void)(to), ANCHOR_MAIN)
+#endif
+
+/* Doubles the room for free slots of `kind` of the queue at queue_idx. */
+static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int kind, int queue_idx) {
+  anchor_slots *slots = &tm->slots[kind];
+  if (slots->capacity >= ANCHOR_SLOTS_MAX) luaL_error(L, "too many timeouts anchored");
+  uint32_t capacity = slots->capacity ? 2 * slots->capacity : ANCHOR_SLOTS_MIN;
+  uint32_t *free_slots = compat_newuserdata(L, capacity * sizeof *free_slots, 0);
+  if (slots->free_count) memcpy(free_slots, slots->free, slots->free_count * sizeof *free_slots);
+  compat_setuservalue(L, lua_absindex(L, queue_idx),
+                      kind == ANCHOR_MAIN ? QUEUE_UV_FREE_SLOTS : QUEUE_UV_FREE_SINGLES);
+  slots->free = free_slots;
+  slots->capacity = capacity;
+}
+
 /* Where slot `slot` keeps its Timeout in the anchor table. */
 static int anchor_index(uint32_t slot) {
   return (int)((slot - 1) * ANCHOR_STRIDE + 1);
 }
 
 #if COMPAT_FFI
-/* On LuaJIT the anchor table also keeps each anchored timeout's call, for
- * the FFI take's loop (lua/hwt.lua), which can read neither a userdata's
+/* On LuaJIT the anchor table also keeps each timeout's call, for the FFI
+ * take's loop (lua/hwt.lua), which can read neither a userdata's
  * environment nor a C function's stack: slot s holds the Timeout at 2s - 1
- * and at 2s its task, or for shapes 1 and 2 its user value table, where the
- * loop finds the task and the arguments. Written and cleared with the
- * Timeout, in the table at hand. task_idx: the task's index, or 0 to read it
- * from the Timeout's user values. */
+ * and its task at 2s. (A task with one or two arguments is anchored by its
+ * user value table instead, where the loop finds the Timeout, the task and
+ * the arguments: see anchor_single.) Written and cleared with the Timeout,
+ * in the table at hand. task_idx: the task's index, or 0 to read it from
+ * the Timeout's user values. */
 static void keep_call(lua_State *L, int anchors_idx, const lhwt_timeout *to, int timeout_idx,
                       int task_idx) {
-  int shape = call_shape(to);
-  if (shape == 1 || shape == 2) compat_getuvtable(L, timeout_idx);
-  else if (task_idx) lua_pushvalue(L, task_idx);
+  if (task_idx) lua_pushvalue(L, task_idx);
   else compat_getuservalue(L, timeout_idx, TIMEOUT_UV_TASK);
   lua_rawseti(L, anchors_idx, anchor_index(to->anchor) + 1);
 }
@@ -296,40 +318,91 @@ static void drop_call(lua_State *L, int anchors_idx, uint32_t slot) {
   lua_pushnil(L);
   lua_rawseti(L, anchors_idx, anchor_index(slot) + 1);
 }
-#else
-#define keep_call(L, anchors_idx, to, timeout_idx, task_idx) ((void)0)
-#define drop_call(L, anchors_idx, slot) ((void)0)
-#endif
 
-/* Anchors the Timeout at the top (popped) in the anchor table at
- * anchors_idx, whose queue userdata is at queue_idx. */
-static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *to) {
-  lhwt_timer *tm = lua_touserdata(L, queue_idx);
-  anchor_slots *slots = &tm->slots;
-  if (slots->free_count == 0 && slots->used == slots->capacity)
-    grow_anchor_slots(L, tm, queue_idx);
-  to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
-  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
+/* Anchors the Timeout at timeout_idx by its user value table, which holds
+ * the Timeout too, at slot to->anchor of the single anchors. */
+static void anchor_single(lua_State *L, int anchors_idx, const lhwt_timeout *to, int timeout_idx) {
+  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+  compat_getuvtable(L, timeout_idx);
+  lua_pushvalue(L, timeout_idx);
+  lua_rawseti(L, -2, TIMEOUT_UV_SELF);
+  lua_rawseti(L, -2, (int)to->anchor);
+  lua_pop(L, 1);
 }
 
-/* Empties the slot's entries in the anchor table at anchors_idx. */
-static void clear_slot(lua_State *L, int anchors_idx, uint32_t slot) {
+static void clear_single(lua_State *L, int anchors_idx, uint32_t slot) {
+  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, (int)slot);
+  lua_pop(L, 1);
+}
+#else
+#define keep_call(L, anchors_idx, to, timeout_idx, task_idx) ((void)(task_idx))
+#define drop_call(L, anchors_idx, slot) ((void)0)
+#define anchor_single(L, anchors_idx, to, timeout_idx) ((void)0)
+#define clear_single(L, anchors_idx, slot) ((void)0)
+#endif
+
+/* Anchors the Timeout at timeout_idx (whose task is at task_idx, or 0: in
+ * its user values) in the anchor table at anchors_idx, whose queue
+ * userdata is at queue_idx. */
+static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *to,
+                   int timeout_idx, int task_idx) {
+  lhwt_timer *tm = lua_touserdata(L, queue_idx);
+  int kind = anchor_kind(to);
+  anchor_slots *slots = &tm->slots[kind];
+  if (slots->free_count == 0 && slots->used == slots->capacity)
+    grow_anchor_slots(L, tm, kind, queue_idx);
+  to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
+  if (kind == ANCHOR_SINGLE) {
+    anchor_single(L, anchors_idx, to, timeout_idx);
+    return;
+  }
+  lua_pushvalue(L, timeout_idx);
+  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
+  keep_call(L, anchors_idx, to, timeout_idx, task_idx);
+}
+
+/* Empties the entries of slot `slot` of `kind` in the anchor table at
+ * anchors_idx. */
+static void clear_slot(lua_State *L, int anchors_idx, int kind, uint32_t slot) {
+  if (kind == ANCHOR_SINGLE) {
+    clear_single(L, anchors_idx, slot);
+    return;
+  }
   lua_pushnil(L);
   lua_rawseti(L, anchors_idx, anchor_index(slot));
   drop_call(L, anchors_idx, slot);
 }
 
 /* Puts an emptied slot on tm's free list (never full: see anchor_slots). */
-static void give_back_slot(lhwt_timer *tm, uint32_t slot) {
-  tm->slots.free[tm->slots.free_count++] = slot;
+static void give_back_slot(lhwt_timer *tm, int kind, uint32_t slot) {
+  anchor_slots *slots = &tm->slots[kind];
+  slots->free[slots->free_count++] = slot;
 }
 
 /* Releases the anchor of a timeout of tm; a second call does nothing. */
 static void unanchor(lua_State *L, lhwt_timer *tm, int anchors_idx, lhwt_timeout *to) {
   if (to->anchor == 0) return;
-  clear_slot(L, anchors_idx, to->anchor);
-  give_back_slot(tm, to->anchor);
+  int kind = anchor_kind(to);
+  clear_slot(L, anchors_idx, kind, to->anchor);
+  give_back_slot(tm, kind, to->anchor);
   to->anchor = 0;
+}
+
+/* Pushes the anchored Timeout `to`, from the anchor table at anchors_idx. */
+static void push_anchored_in(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
+#if COMPAT_FFI
+  if (anchor_kind(to) == ANCHOR_SINGLE) {
+    lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+    lua_rawgeti(L, -1, (int)to->anchor);
+    lua_rawgeti(L, -1, TIMEOUT_UV_SELF);
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+    return;
+  }
+#endif
+  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
 }
 
 /* ---- the state's timers ----------------------------------------------- */
@@ -602,7 +675,7 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
 /* Pushes the anchored Timeout `to` of the drain at index 1. */
 static void push_anchored(lua_State *L, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-  lua_rawgeti(L, -1, anchor_index(to->anchor));
+  push_anchored_in(L, lua_gettop(L), to);
   lua_remove(L, -2);
 }
 
@@ -677,15 +750,30 @@ static void finish_current(lua_State *L, drain *d) {
 }
 
 #if COMPAT_FFI
+/* A slot let go as the FFI take reports it: negated for a single anchor. */
+static int32_t released_id(const lhwt_timeout *to) {
+  return anchor_kind(to) == ANCHOR_SINGLE ? -(int32_t)to->anchor : (int32_t)to->anchor;
+}
+
+static int released_kind(int32_t released) {
+  return released > 0 ? ANCHOR_MAIN : ANCHOR_SINGLE;
+}
+
+static uint32_t released_slot(int32_t released) {
+  return (uint32_t)(released > 0 ? released : -released);
+}
+
 /* The slot the FFI take let go and Lua cleared (or, after an error, may not
  * have): cleared here again, which changes nothing if it was, and given
  * back. Drain at index 1. */
 static void settle_released(lua_State *L, drain *d) {
   if (!d->released) return;
+  int kind = released_kind(d->released);
+  uint32_t slot = released_slot(d->released);
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
-  clear_slot(L, lua_gettop(L), d->released);
+  clear_slot(L, lua_gettop(L), kind, slot);
   lua_pop(L, 1);
-  give_back_slot(d->tm, d->released);
+  give_back_slot(d->tm, kind, slot);
   d->released = 0;
 }
 #else
@@ -746,7 +834,7 @@ static int internal_take(lua_State *L) {
   lhwt_timeout *to = take_next(L, check_drain(L, 1));
   if (!to) return 0;
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);   /* stays below the results */
-  lua_rawgeti(L, -1, anchor_index(to->anchor));
+  push_anchored_in(L, lua_gettop(L), to);
   return push_call(L, lua_gettop(L), to);
 }
 
@@ -762,8 +850,9 @@ static int internal_take(lua_State *L) {
  * d->released, given back only by the next FFI take that Lua says the
  * entries were cleared for (`cleared`), or by settle_released, so that no
  * schedule can take it while the entries hold the old timeout.
- * Returns the next timeout's slot (its call's shape in step[FFI_SHAPE];
- * the slot let go, or 0, in step[FFI_RELEASED]), 0 when none is due,
+ * Returns the next timeout's slot (its call's shape in step[FFI_SHAPE],
+ * which also tells where it is anchored; the slot let go, or 0, in
+ * step[FFI_RELEASED], negated for a single anchor), 0 when none is due,
  * FFI_TAKE_CLASSIC to call the classic take. */
 #define FFI_TAKE_CLASSIC (-1)
 enum { FFI_RELEASED, FFI_SHAPE, FFI_STEP_SIZE };
@@ -771,8 +860,8 @@ enum { FFI_RELEASED, FFI_SHAPE, FFI_STEP_SIZE };
 static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
   lhwt_timer *tm = d->tm;
   if (d->released) {
-    if ((uint32_t)cleared != d->released) return FFI_TAKE_CLASSIC;
-    give_back_slot(tm, d->released);
+    if (cleared != d->released) return FFI_TAKE_CLASSIC;
+    give_back_slot(tm, released_kind(d->released), released_slot(d->released));
     d->released = 0;
   }
   if (!d->seq_limit || d->handed || d->is_handoff || tm->has_watcher) return FFI_TAKE_CLASSIC;
@@ -786,7 +875,7 @@ static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
     bool done_pending;
     to = (lhwt_timeout *)tq_finish_and_pop(&done->node, d->current_seq, &done_pending, d->seq_limit);
     if (!done_pending && done->drains == 0) {
-      d->released = (uint32_t)(step[FFI_RELEASED] = (int32_t)done->anchor);
+      d->released = step[FFI_RELEASED] = released_id(done);
       done->anchor = 0;
     }
   }
@@ -806,12 +895,13 @@ static int internal_ffi_anchors(lua_State *L) {
 }
 
 /* Sets, in the internal table at the top, the FFI take's address and the
- * numbers that go with it: ffi_layout has the indexes of the step array and,
- * in a user value table, of the task and its first argument. */
+ * numbers that go with it: ffi_layout has the indexes of the step array, of
+ * the single anchors in the anchor table and, in a user value table, of the
+ * Timeout, the task and its first argument. */
 static void set_ffi_take(lua_State *L) {
   lua_pushlightuserdata(L, (void *)(uintptr_t)ffi_take);
   lua_setfield(L, -2, "ffi_take");
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 8);
   lua_pushinteger(L, FFI_TAKE_CLASSIC);
   lua_setfield(L, -2, "classic");
   set_integer_field(L, "released", FFI_RELEASED);
@@ -819,6 +909,8 @@ static void set_ffi_take(lua_State *L) {
   set_integer_field(L, "step_size", FFI_STEP_SIZE);
   set_integer_field(L, "task", TIMEOUT_UV_TASK);
   set_integer_field(L, "first_arg", TIMEOUT_UV_ARGS);
+  set_integer_field(L, "self", TIMEOUT_UV_SELF);
+  set_integer_field(L, "singles", SINGLES_INDEX);
   lua_setfield(L, -2, "ffi_layout");
 }
 #endif
@@ -948,7 +1040,7 @@ static int internal_probe(lua_State *L) {
 static int push_task_call(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
   if (TAKE_SLOTS + to->nargs > LUA_MINSTACK && !lua_checkstack(L, TAKE_SLOTS + to->nargs))
     luaL_error(L, "not enough memory");
-  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
+  push_anchored_in(L, anchors_idx, to);
   int timeout_idx = lua_gettop(L);
   int uvs = compat_uservalues_open(L, timeout_idx);
   compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
@@ -1062,9 +1154,7 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
   compat_uservalues_close(L, uvs);
   compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
   int anchors_idx = queue_idx + 1;
-  lua_pushvalue(L, timeout_idx);
-  anchor(L, anchors_idx, queue_idx, to);
-  keep_call(L, anchors_idx, to, timeout_idx, 3);
+  anchor(L, anchors_idx, queue_idx, to, timeout_idx, 3);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
     if (tm->has_watcher) tell_if_earlier(L, tm, queue_idx, to);   /* not on the common path */
@@ -1251,26 +1341,33 @@ static bool at_anchor_entry(lua_State *L) {
          (ANCHOR_STRIDE == 1 || lua_tointeger(L, -2) % ANCHOR_STRIDE == 1);
 }
 
-/* The Timeouts anchored in the table at anchors_idx: every one the engine
- * holds, and those that drains hold. */
-
-static size_t count_anchored(lua_State *L, int anchors_idx) {
+/* The Timeouts anchored in the table at anchors_idx, every one the engine
+ * holds and those that drains hold: how many, and in `out` unless NULL. */
+static size_t list_anchored(lua_State *L, int anchors_idx, timeout **out) {
   size_t count = 0;
-  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    count += at_anchor_entry(L);
+  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1)) {
+    if (!at_anchor_entry(L)) continue;
+    if (out) out[count] = lua_touserdata(L, -1);
+    count++;
+  }
+#if COMPAT_FFI
+  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+  int singles_idx = lua_gettop(L);
+  for (lua_pushnil(L); lua_next(L, singles_idx); lua_pop(L, 1)) {
+    lua_rawgeti(L, -1, TIMEOUT_UV_SELF);
+    if (out) out[count] = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    count++;
+  }
+  lua_pop(L, 1);
+#endif
   return count;
-}
-
-static void list_anchored(lua_State *L, int anchors_idx, timeout **out) {
-  size_t i = 0;
-  for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1))
-    if (at_anchor_entry(L)) out[i++] = lua_touserdata(L, -1);
 }
 
 /* The anchored Timeouts in a malloc'd array (not Lua's allocator: this runs
  * in __gc too). NULL when there are none or memory is short. */
 static timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count) {
-  size_t capacity = count_anchored(L, anchors_idx);
+  size_t capacity = list_anchored(L, anchors_idx, NULL);
   timeout **held = capacity ? malloc(capacity * sizeof *held) : NULL;
   *count = held ? capacity : 0;
   if (held) list_anchored(L, anchors_idx, held);
@@ -1302,7 +1399,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   while ((n = wheel_list_pop_front(&ended))) {
     lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
     if (to->node.state == TIMEOUT_CANCELLED) {
-      lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
+      push_anchored_in(L, anchors_idx, to);
       lua_rawseti(L, result_idx, ++count);
     }
     if (to->drains == 0) unanchor(L, tm, anchors_idx, to);  /* else its drain's finish does */
@@ -1315,7 +1412,7 @@ static int timer_timeouts(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   lua_settop(L, 1);
   push_anchors(L, 1);
-  size_t count = count_anchored(L, 2);
+  size_t count = list_anchored(L, 2, NULL);
   timeout **held = compat_newuserdata(L, (count ? count : 1) * sizeof *held, 0);
   list_anchored(L, 2, held);
   size_t kept = 0;
@@ -1323,7 +1420,7 @@ static int timer_timeouts(lua_State *L) {
     return luaL_error(L, "not enough memory");
   lua_createtable(L, (int)kept, 0);
   for (size_t i = 0; i < kept; i++) {
-    lua_rawgeti(L, 2, anchor_index(((lhwt_timeout *)held[i])->anchor));
+    push_anchored_in(L, 2, (lhwt_timeout *)held[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
   return 1;
@@ -1472,6 +1569,10 @@ static int hwt_new(lua_State *L) {
   timer_handle *handle = compat_newuserdata(L, sizeof *handle, TIMER_UVS);
   int timer_idx = lua_gettop(L);
   lua_newtable(L);
+#if COMPAT_FFI
+  lua_newtable(L);
+  lua_rawseti(L, -2, SINGLES_INDEX);
+#endif
   compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
   lhwt_timer *tm = handle->tm = new_queue(L, timer_idx);
   int queue_idx = lua_gettop(L);
@@ -1540,9 +1641,7 @@ static int timeout_reset(lua_State *L) {
     lua_settop(L, 1);
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
     compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
-    lua_pushvalue(L, 1);
-    anchor(L, 3, 2, to);
-    keep_call(L, 3, to, 1, 0);
+    anchor(L, 3, 2, to, 1, 0);
   }
   int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
   if (result == TQ_OK) {
