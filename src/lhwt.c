@@ -23,10 +23,11 @@
  * the FFI take, and at 0 a table of single anchors (see anchor_slots).
  * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
  * on_earlier watcher. Queue user values: 1 the anchor table, 2 the memory
- * of its free anchor slots, 3 its idle drain, 4 that of its free single
- * anchor slots. Timeout user values: 1 its timer's queue, 2 its task, 3..
- * the extra arguments (on LuaJIT, 0: itself, once single-anchored). Drain
- * user values: 1 its queue, 2 the anchor table, 3 a hand-off's timeout.
+ * of its free anchor slots, 3 its idle drain; on LuaJIT also 4 that of its
+ * free single anchor slots, 5 the single anchors. Timeout user values: 1 its
+ * timer's queue, 2 its task, 3.. the extra arguments (on LuaJIT, 0: itself,
+ * once single-anchored). Drain user values: 1 its queue, 2 the anchor
+ * table, 3 a hand-off's timeout; on LuaJIT also 4 the single anchors.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
  * while the state closes (5.4 does not register them; 5.1-5.3 never call
@@ -64,12 +65,12 @@
 #define QUEUE_UV_ANCHORS 1
 #define QUEUE_UV_FREE_SLOTS 2
 #define QUEUE_UV_IDLE_DRAIN 3   /* a finished poll's drain, for the next poll */
-#define QUEUE_UV_FREE_SINGLES 4 /* the memory of its free single anchor slots (LuaJIT) */
-#define QUEUE_UVS 4
+#define QUEUE_UV_FREE_SINGLES 4 /* LuaJIT: the memory of its free single anchor slots */
+#define QUEUE_UV_SINGLES 5      /* LuaJIT: its single anchors (see anchor_slots) */
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
-#define DRAIN_UVS 3
+#define DRAIN_UV_SINGLES 4      /* LuaJIT: its queue's single anchors */
 #define STATE_UV_RUNNING 1      /* queue userdata -> true, while running */
 #define STATE_UV_TIMERS 2       /* queue userdata -> its Timer (weak) */
 #define TIMEOUT_UV_QUEUE 1
@@ -95,19 +96,26 @@ typedef struct anchor_slots {
 } anchor_slots;
 /* Where a timeout is anchored. On LuaJIT a task with one or two arguments
  * is anchored by a single entry, its user value table, which also holds the
- * Timeout (at TIMEOUT_UV_SELF), in a second table kept in the anchor table
- * at SINGLES_INDEX; every other timeout by two entries of the anchor table
- * (see keep_call). A pending timeout costs the collector one entry fewer
- * than two would on the OpenResty idiom, timer:timeout(d, handler, conn). */
+ * Timeout (at TIMEOUT_UV_SELF), in a second table, the single anchors (kept
+ * in the anchor table at SINGLES_INDEX, and beside it in the queue's and
+ * the drains' user values for the common paths); every other timeout by two
+ * entries of the anchor table (see keep_call). A pending timeout costs the
+ * collector one entry fewer than two would on the OpenResty idiom,
+ * timer:timeout(d, handler, conn). "The table of its kind": the anchor
+ * table, or the single anchors. */
 enum { ANCHOR_MAIN, ANCHOR_SINGLE };
 #if COMPAT_FFI
 #define ANCHOR_KINDS 2
 #define ANCHOR_STRIDE 2         /* a Timeout, then its task (see keep_call) */
 #define SINGLES_INDEX 0         /* the anchor table's entry for the single anchors */
 #define TIMEOUT_UV_SELF 0       /* a single-anchored Timeout in its user value table */
+#define QUEUE_UVS 5
+#define DRAIN_UVS 4
 #else
 #define ANCHOR_KINDS 1
 #define ANCHOR_STRIDE 1
+#define QUEUE_UVS 3
+#define DRAIN_UVS 3
 #endif
 #define ANCHOR_SLOTS_MIN 64
 /* A slot's entries are at table indexes, an int on 5.1. */
@@ -320,33 +328,47 @@ static void drop_call(lua_State *L, int anchors_idx, uint32_t slot) {
 }
 
 /* Anchors the Timeout at timeout_idx by its user value table, which holds
- * the Timeout too, at slot to->anchor of the single anchors. */
-static void anchor_single(lua_State *L, int anchors_idx, const lhwt_timeout *to, int timeout_idx) {
-  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+ * the Timeout too, at slot to->anchor of the single anchors at singles_idx. */
+static void anchor_single(lua_State *L, int singles_idx, const lhwt_timeout *to, int timeout_idx) {
   compat_getuvtable(L, timeout_idx);
   lua_pushvalue(L, timeout_idx);
   lua_rawseti(L, -2, TIMEOUT_UV_SELF);
-  lua_rawseti(L, -2, (int)to->anchor);
-  lua_pop(L, 1);
+  lua_rawseti(L, singles_idx, (int)to->anchor);
 }
 
-static void clear_single(lua_State *L, int anchors_idx, uint32_t slot) {
-  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+static void clear_single(lua_State *L, int singles_idx, uint32_t slot) {
   lua_pushnil(L);
-  lua_rawseti(L, -2, (int)slot);
-  lua_pop(L, 1);
+  lua_rawseti(L, singles_idx, (int)slot);
+}
+
+/* The user values of a queue and of a drain that hold the table of `kind`. */
+static int queue_uv_of_kind(int kind) {
+  return kind == ANCHOR_SINGLE ? QUEUE_UV_SINGLES : QUEUE_UV_ANCHORS;
+}
+
+static int drain_uv_of_kind(int kind) {
+  return kind == ANCHOR_SINGLE ? DRAIN_UV_SINGLES : DRAIN_UV_ANCHORS;
 }
 #else
 #define keep_call(L, anchors_idx, to, timeout_idx, task_idx) ((void)(task_idx))
 #define drop_call(L, anchors_idx, slot) ((void)0)
-#define anchor_single(L, anchors_idx, to, timeout_idx) ((void)0)
-#define clear_single(L, anchors_idx, slot) ((void)0)
+#define anchor_single(L, singles_idx, to, timeout_idx) ((void)0)
+#define clear_single(L, singles_idx, slot) ((void)0)
+#define queue_uv_of_kind(kind) ((void)(kind), QUEUE_UV_ANCHORS)
+#define drain_uv_of_kind(kind) ((void)(kind), DRAIN_UV_ANCHORS)
 #endif
 
+/* Pushes the table of the kind of `to` from the queue userdata at queue_idx;
+ * returns its index. */
+static int push_kind_table(lua_State *L, int queue_idx, const lhwt_timeout *to) {
+  compat_getuservalue(L, queue_idx, queue_uv_of_kind(anchor_kind(to)));
+  return lua_gettop(L);
+}
+
 /* Anchors the Timeout at timeout_idx (whose task is at task_idx, or 0: in
- * its user values) in the anchor table at anchors_idx, whose queue
+ * its user values) in the table of its kind at table_idx; its queue
  * userdata is at queue_idx. */
-static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *to,
+static void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to,
                    int timeout_idx, int task_idx) {
   lhwt_timer *tm = lua_touserdata(L, queue_idx);
   int kind = anchor_kind(to);
@@ -355,24 +377,24 @@ static void anchor(lua_State *L, int anchors_idx, int queue_idx, lhwt_timeout *t
     grow_anchor_slots(L, tm, kind, queue_idx);
   to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
   if (kind == ANCHOR_SINGLE) {
-    anchor_single(L, anchors_idx, to, timeout_idx);
+    anchor_single(L, table_idx, to, timeout_idx);
     return;
   }
   lua_pushvalue(L, timeout_idx);
-  lua_rawseti(L, anchors_idx, anchor_index(to->anchor));
-  keep_call(L, anchors_idx, to, timeout_idx, task_idx);
+  lua_rawseti(L, table_idx, anchor_index(to->anchor));
+  keep_call(L, table_idx, to, timeout_idx, task_idx);
 }
 
-/* Empties the entries of slot `slot` of `kind` in the anchor table at
- * anchors_idx. */
-static void clear_slot(lua_State *L, int anchors_idx, int kind, uint32_t slot) {
+/* Empties the entries of slot `slot` of `kind` in the table of that kind at
+ * table_idx. */
+static void clear_slot(lua_State *L, int table_idx, int kind, uint32_t slot) {
   if (kind == ANCHOR_SINGLE) {
-    clear_single(L, anchors_idx, slot);
+    clear_single(L, table_idx, slot);
     return;
   }
   lua_pushnil(L);
-  lua_rawseti(L, anchors_idx, anchor_index(slot));
-  drop_call(L, anchors_idx, slot);
+  lua_rawseti(L, table_idx, anchor_index(slot));
+  drop_call(L, table_idx, slot);
 }
 
 /* Puts an emptied slot on tm's free list (never full: see anchor_slots). */
@@ -381,21 +403,32 @@ static void give_back_slot(lhwt_timer *tm, int kind, uint32_t slot) {
   slots->free[slots->free_count++] = slot;
 }
 
-/* Releases the anchor of a timeout of tm; a second call does nothing. */
-static void unanchor(lua_State *L, lhwt_timer *tm, int anchors_idx, lhwt_timeout *to) {
+/* Releases the anchor of a timeout of tm, from the table of its kind at
+ * table_idx; a second call does nothing. */
+static void unanchor(lua_State *L, lhwt_timer *tm, int table_idx, lhwt_timeout *to) {
   if (to->anchor == 0) return;
   int kind = anchor_kind(to);
-  clear_slot(L, anchors_idx, kind, to->anchor);
+  clear_slot(L, table_idx, kind, to->anchor);
   give_back_slot(tm, kind, to->anchor);
   to->anchor = 0;
+}
+
+/* Pushes the single anchors of the anchor table at anchors_idx (on PUC Lua,
+ * which has none, that table); returns its index. */
+static int push_singles(lua_State *L, int anchors_idx) {
+#if COMPAT_FFI
+  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
+#else
+  lua_pushvalue(L, anchors_idx);
+#endif
+  return lua_gettop(L);
 }
 
 /* Pushes the anchored Timeout `to`, from the anchor table at anchors_idx. */
 static void push_anchored_in(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
 #if COMPAT_FFI
   if (anchor_kind(to) == ANCHOR_SINGLE) {
-    lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
-    lua_rawgeti(L, -1, (int)to->anchor);
+    lua_rawgeti(L, push_singles(L, anchors_idx), (int)to->anchor);
     lua_rawgeti(L, -1, TIMEOUT_UV_SELF);
     lua_replace(L, -3);
     lua_pop(L, 1);
@@ -652,6 +685,10 @@ static drain *new_drain(lua_State *L, int queue_idx) {
   compat_setuservalue(L, -2, DRAIN_UV_QUEUE);
   compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
   compat_setuservalue(L, -2, DRAIN_UV_ANCHORS);
+#if COMPAT_FFI
+  compat_getuservalue(L, queue_idx, QUEUE_UV_SINGLES);
+  compat_setuservalue(L, -2, DRAIN_UV_SINGLES);
+#endif
   return d;
 }
 
@@ -735,7 +772,7 @@ static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pe
     tell_if_earlier(L, d->tm, -1, to);
     lua_pop(L, 1);
   } else if (!still_pending && to->drains == 0) {
-    compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
+    compat_getuservalue(L, 1, drain_uv_of_kind(anchor_kind(to)));
     unanchor(L, d->tm, lua_gettop(L), to);
     lua_pop(L, 1);
   }
@@ -770,7 +807,7 @@ static void settle_released(lua_State *L, drain *d) {
   if (!d->released) return;
   int kind = released_kind(d->released);
   uint32_t slot = released_slot(d->released);
-  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
+  compat_getuservalue(L, 1, drain_uv_of_kind(kind));
   clear_slot(L, lua_gettop(L), kind, slot);
   lua_pop(L, 1);
   give_back_slot(d->tm, kind, slot);
@@ -1152,16 +1189,15 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
     compat_uv_set(L, uvs, TIMEOUT_UV_ARGS + i);
   }
   compat_uservalues_close(L, uvs);
-  compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
-  int anchors_idx = queue_idx + 1;
-  anchor(L, anchors_idx, queue_idx, to, timeout_idx, 3);
+  int table_idx = push_kind_table(L, queue_idx, to);
+  anchor(L, table_idx, queue_idx, to, timeout_idx, 3);
   int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
   if (result == TQ_OK) {
     if (tm->has_watcher) tell_if_earlier(L, tm, queue_idx, to);   /* not on the common path */
     lua_pushvalue(L, timeout_idx);              /* returned from the top: no settop */
     return 1;
   }
-  unanchor(L, tm, anchors_idx, to);
+  unanchor(L, tm, table_idx, to);
   return arming_failed(L, tm, result);
 }
 
@@ -1390,6 +1426,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   int result_idx = lua_gettop(L);
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
+  int singles_idx = push_singles(L, anchors_idx);
   wheel_list ended = {0};
   stop_queue(L, tm, anchors_idx, &ended);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
@@ -1402,7 +1439,8 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
       push_anchored_in(L, anchors_idx, to);
       lua_rawseti(L, result_idx, ++count);
     }
-    if (to->drains == 0) unanchor(L, tm, anchors_idx, to);  /* else its drain's finish does */
+    if (to->drains == 0)                          /* else its drain's finish does */
+      unanchor(L, tm, anchor_kind(to) == ANCHOR_SINGLE ? singles_idx : anchors_idx, to);
   }
   lua_settop(L, result_idx);
 }
@@ -1556,6 +1594,10 @@ static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
   memset(tm, 0, sizeof *tm);
   tm->told_due_ns = ENGINE_NEVER;
   compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
+#if COMPAT_FFI
+  lua_rawgeti(L, -1, SINGLES_INDEX);
+  compat_setuservalue(L, -3, QUEUE_UV_SINGLES);
+#endif
   compat_setuservalue(L, -2, QUEUE_UV_ANCHORS);
   luaL_setmetatable(L, QUEUE_MT);
   lua_pushvalue(L, -1);
@@ -1620,8 +1662,7 @@ static int timeout_cancel(lua_State *L) {
   bool cancelled = tq_cancel(&to->node);
   if (cancelled && to->drains == 0) {         /* else its drain's finish unanchors */
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
-    compat_getuservalue(L, -1, QUEUE_UV_ANCHORS);
-    unanchor(L, timer_of(to), lua_gettop(L), to);
+    unanchor(L, timer_of(to), push_kind_table(L, lua_gettop(L), to), to);
   }
   lua_pushboolean(L, cancelled);
   return 1;
@@ -1640,7 +1681,7 @@ static int timeout_reset(lua_State *L) {
   if (anchored_here) {
     lua_settop(L, 1);
     compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
-    compat_getuservalue(L, 2, QUEUE_UV_ANCHORS);
+    push_kind_table(L, 2, to);
     anchor(L, 3, 2, to, 1, 0);
   }
   int result = tm->initialized ? tq_reset(&to->node, delay_ns) : TQ_STOPPED;
