@@ -67,11 +67,12 @@ end
 -- The call comes from the anchor table, which on LuaJIT holds, for slot s,
 -- the Timeout at 2s - 1 and at 2s its task; a task of shape 1 or 2 is
 -- anchored instead by its user value table (the Timeout at 0, the task and
--- the arguments), at slot s of the single anchors. The FFI take does the step of a
--- poll that needs no Lua API; for the rest (a hand-off, a watcher, ...) it
--- returns `classic`, having done nothing, and the classic take does it, in
--- run_batch. The slot of a timeout it let go is this loop's to clear; the
--- next FFI take is told it was, and only then gives it back.
+-- the arguments), at slot s of the single anchors. The FFI take does the
+-- step of a poll that needs no Lua API; for the rest (a hand-off, a
+-- watcher, ...) it returns `classic`, having done nothing, and the classic
+-- take does it, in run_batch. The slot of a timeout it let go (negated for
+-- a single anchor) is this loop's to clear; the next FFI take is told it
+-- was, and only then gives it back.
 local dispatch_batch = run_batch
 if internal.ffi_take then
   local ffi = require("ffi")
