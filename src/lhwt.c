@@ -1387,8 +1387,7 @@ static size_t list_anchored(lua_State *L, int anchors_idx, timeout **out) {
     count++;
   }
 #if COMPAT_FFI
-  lua_rawgeti(L, anchors_idx, SINGLES_INDEX);
-  int singles_idx = lua_gettop(L);
+  int singles_idx = push_singles(L, anchors_idx);
   for (lua_pushnil(L); lua_next(L, singles_idx); lua_pop(L, 1)) {
     lua_rawgeti(L, -1, TIMEOUT_UV_SELF);
     if (out) out[count] = lua_touserdata(L, -1);
