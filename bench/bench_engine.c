@@ -29,9 +29,11 @@
  *                    schedule on the real clock does (ref_schedule_floor), a
  *                    cache miss, a random node changed alone and under a
  *                    lock, a random node unlinked from a list in random
- *                    order under a lock, and the CPU time a thread's 1 ms sleep costs
- *                    (ref_sleep_cpu: a timer that fires every tick pays it
- *                    once a tick), and wake_cpu: the CPU of one engine
+ *                    order under a lock, the memory an expiry must touch
+ *                    (ref_expire_memory: expire's nodes read in the wheel's
+ *                    order, prefetched as it does), and the CPU time a
+ *                    thread's 1 ms sleep costs (ref_sleep_cpu: a timer that
+ *                    fires every tick pays it once a tick), and wake_cpu: the CPU of one engine
  *                    wake-up (tq_wait, then a poll of the timeout due),
  *                    to set beside it
  *
@@ -52,6 +54,8 @@
 #define TICK_NS UINT64_C(1000000)
 #define WHEEL_SLOTS 512
 #define SEC UINT64_C(1000000000)
+#define WALK_PREFETCH_AHEAD 16          /* as src/wheel.c's PREFETCH_AHEAD */
+#define CACHE_LINE 64
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -262,6 +266,48 @@ static void reference_random_touch(bench *b) {
   result("ref_locked_touch_random", (double)(now_ns() - start) / (double)b->n);
 }
 
+/* Reads and changes each node of walk[], the next WALK_PREFETCH_AHEAD
+ * (both of a node's cache lines) requested ahead, as the wheel's walk does
+ * with its hints. */
+static uint64_t touch_walk(timeout *const *walk, size_t count) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (i + WALK_PREFETCH_AHEAD < count) {
+      __builtin_prefetch(walk[i + WALK_PREFETCH_AHEAD]);
+      __builtin_prefetch((const char *)walk[i + WALK_PREFETCH_AHEAD] + CACHE_LINE);
+    }
+    sum += walk[i]->deadline_ns;
+    walk[i]->has_run ^= 1;
+  }
+  return sum;
+}
+
+/* The memory an expiry of expire's draw must touch, and nothing else: the
+ * timeouts that move down a level (past level 0's WHEEL_SLOTS ticks) once,
+ * in the order they were scheduled, then each timeout once, in the order of
+ * its tick. No lists, no sort, no lock: per expiry. */
+static void reference_expire_memory(bench *b) {
+  draw_delays(b, 0, 1 * SEC);
+  size_t ticks = SEC / TICK_NS;
+  size_t *tick_end = calloc(ticks + 1, sizeof *tick_end);
+  timeout **moved = malloc(b->n * sizeof *moved), **expired = malloc(b->n * sizeof *expired);
+  if (!tick_end || !moved || !expired) fail("out of memory");
+  size_t moved_count = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    if (b->delays[i] >= WHEEL_SLOTS * TICK_NS) moved[moved_count++] = &b->timeouts[i];
+    tick_end[b->delays[i] / TICK_NS + 1]++;
+  }
+  for (size_t tick = 1; tick <= ticks; tick++) tick_end[tick] += tick_end[tick - 1];
+  for (size_t i = 0; i < b->n; i++) expired[tick_end[b->delays[i] / TICK_NS]++] = &b->timeouts[i];
+  uint64_t start = now_ns();
+  volatile uint64_t keep = touch_walk(moved, moved_count) + touch_walk(expired, b->n);
+  result("ref_expire_memory", (double)(now_ns() - start) / (double)b->n);
+  (void)keep;
+  free(expired);
+  free(moved);
+  free(tick_end);
+}
+
 /* The floor of a cancel that unlinks at once, as an intrusive list's must:
  * a random node taken out of a doubly linked list whose order is random too
  * (so both neighbours are random nodes), under a lock. */
@@ -410,6 +456,7 @@ int main(int argc, char **argv) {
     bench_wake_cpu(&b);
     reference_random_touch(&b);
     reference_random_unlink(&b);
+    reference_expire_memory(&b);
     reference_miss_latency(b.n * sizeof(timeout));
   }
 
