@@ -33,9 +33,9 @@
  *                    (ref_expire_memory: expire's nodes read in the wheel's
  *                    order, prefetched as it does), and the CPU time a
  *                    thread's 1 ms sleep costs (ref_sleep_cpu: a timer that
- *                    fires every tick pays it once a tick), and wake_cpu: the CPU of one engine
- *                    wake-up (tq_wait, then a poll of the timeout due),
- *                    to set beside it
+ *                    fires every tick pays it once a tick), and wake_cpu:
+ *                    the CPU of one engine wake-up (tq_wait, then a poll of
+ *                    the timeout due), to set beside it
  *
  * Output: `RESULT engine <op> ns_per_op <value>` lines, plus INFO lines
  * (breakdowns and reference costs) that scripts may ignore. Delays and the
@@ -54,6 +54,7 @@
 #define TICK_NS UINT64_C(1000000)
 #define WHEEL_SLOTS 512
 #define SEC UINT64_C(1000000000)
+#define EXPIRE_SPAN_NS SEC                /* expire's delays: uniform in [0, this] */
 #define WALK_PREFETCH_AHEAD 16          /* as src/wheel.c's PREFETCH_AHEAD */
 #define CACHE_LINE 64
 
@@ -282,23 +283,28 @@ static uint64_t touch_walk(timeout *const *walk, size_t count) {
   return sum;
 }
 
+/* The tick a delay from tick 0 falls due in (rounded up, as the engine's). */
+static size_t due_tick(uint64_t delay_ns) {
+  return (size_t)((delay_ns + TICK_NS - 1) / TICK_NS);
+}
+
 /* The memory an expiry of expire's draw must touch, and nothing else: the
- * timeouts that move down a level (past level 0's WHEEL_SLOTS ticks) once,
- * in the order they were scheduled, then each timeout once, in the order of
- * its tick. No lists, no sort, no lock: per expiry. */
+ * timeouts that move down a level (due past level 0's WHEEL_SLOTS ticks)
+ * once, in the order they were scheduled, then each timeout once, in the
+ * order of its tick. No lists, no sort, no lock: per expiry. */
 static void reference_expire_memory(bench *b) {
-  draw_delays(b, 0, 1 * SEC);
-  size_t ticks = SEC / TICK_NS;
+  draw_delays(b, 0, EXPIRE_SPAN_NS);
+  size_t ticks = due_tick(EXPIRE_SPAN_NS) + 1;
   size_t *tick_end = calloc(ticks + 1, sizeof *tick_end);
   timeout **moved = malloc(b->n * sizeof *moved), **expired = malloc(b->n * sizeof *expired);
   if (!tick_end || !moved || !expired) fail("out of memory");
   size_t moved_count = 0;
   for (size_t i = 0; i < b->n; i++) {
-    if (b->delays[i] >= WHEEL_SLOTS * TICK_NS) moved[moved_count++] = &b->timeouts[i];
-    tick_end[b->delays[i] / TICK_NS + 1]++;
+    if (due_tick(b->delays[i]) >= WHEEL_SLOTS) moved[moved_count++] = &b->timeouts[i];
+    tick_end[due_tick(b->delays[i]) + 1]++;
   }
   for (size_t tick = 1; tick <= ticks; tick++) tick_end[tick] += tick_end[tick - 1];
-  for (size_t i = 0; i < b->n; i++) expired[tick_end[b->delays[i] / TICK_NS]++] = &b->timeouts[i];
+  for (size_t i = 0; i < b->n; i++) expired[tick_end[due_tick(b->delays[i])]++] = &b->timeouts[i];
   uint64_t start = now_ns();
   volatile uint64_t keep = touch_walk(moved, moved_count) + touch_walk(expired, b->n);
   result("ref_expire_memory", (double)(now_ns() - start) / (double)b->n);
@@ -374,12 +380,12 @@ static int compare_delays(const void *a, const void *b) {
 static void bench_expire(bench *b, bool in_order) {
   timer_queue q;
   engine *eng = new_engine(true, &q);
-  draw_delays(b, 0, 1 * SEC);
+  draw_delays(b, 0, EXPIRE_SPAN_NS);
   if (in_order) qsort(b->delays, b->n, sizeof *b->delays, compare_delays);
   info(in_order ? "schedule_manual_0_to_1s_in_order" : "schedule_manual_0_to_1s",
        time_schedule(b, &q));
   uint64_t advance_ns = 0, drain_ns = 0, fired = 0;
-  uint64_t steps = SEC / TICK_NS;
+  uint64_t steps = EXPIRE_SPAN_NS / TICK_NS;
   for (uint64_t step = 0; step < steps; step++) {
     uint64_t t0 = now_ns();
     engine_advance_manual(eng, TICK_NS);
