@@ -26,8 +26,10 @@
  *                    as the timeouts take, and the cost of one miss among
  *                    independent ones, which the CPU overlaps)
  *   ref_*            reference costs: a clock read, a lock, the least a
- *                    schedule on the real clock does (ref_schedule_floor), a
- *                    cache miss, a random node changed alone and under a
+ *                    schedule on the real clock does (ref_schedule_floor),
+ *                    the same with src/wheel.c's insert in place of the push
+ *                    (ref_schedule_wheel: the wheel's share, without the
+ *                    engine's bookkeeping), a cache miss, a random node changed alone and under a
  *                    lock, a random node unlinked from a list in random
  *                    order under a lock, the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
@@ -178,6 +180,35 @@ static void reference_schedule_floor(bench *b) {
     pthread_mutex_unlock(&m);
   }
   result("ref_schedule_floor", (double)(now_ns() - start) / (double)b->n);
+}
+
+/* The wheel's whole share of a schedule on the real clock: read the clock,
+ * take a lock, round the deadline up to a tick of a run-time length and
+ * insert the node with src/wheel.c (levels, occupancy bits, prefetch hints),
+ * as the engine does; none of the engine's own bookkeeping. */
+static uint64_t unused_deadline(const wheel_node *n, const void *ctx) {
+  (void)n;
+  (void)ctx;
+  return 0;                                      /* the reference never advances */
+}
+
+static void reference_schedule_wheel(bench *b) {
+  wheel w;
+  if (wheel_init(&w, WHEEL_SLOTS, unused_deadline, NULL)) fail("wheel_init failed");
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  volatile uint64_t tick_setting = TICK_NS;
+  uint64_t tick_ns = tick_setting, epoch_ns = engine_monotonic_ns();
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    uint64_t deadline_ns = engine_monotonic_ns() - epoch_ns + b->delays[i];
+    pthread_mutex_lock(&m);
+    uint64_t tick = deadline_ns / tick_ns + (deadline_ns % tick_ns != 0);
+    if (!wheel_insert(&w, &b->timeouts[i].link, tick)) fail("wheel_insert refused");
+    pthread_mutex_unlock(&m);
+  }
+  result("ref_schedule_wheel", (double)(now_ns() - start) / (double)b->n);
+  wheel_free(&w);
 }
 
 static double process_cpu_ns(void) {
@@ -458,6 +489,7 @@ int main(int argc, char **argv) {
   if (all || !strcmp(phase, "ref")) {
     reference_costs();
     reference_schedule_floor(&b);
+    reference_schedule_wheel(&b);
     reference_sleep_cpu();
     bench_wake_cpu(&b);
     reference_random_touch(&b);
