@@ -182,21 +182,22 @@ static void reference_schedule_floor(bench *b) {
   result("ref_schedule_floor", (double)(now_ns() - start) / (double)b->n);
 }
 
+/* The wheel's wheel_deadline_fn for a wheel that never advances. */
+static uint64_t unused_deadline(const wheel_node *n, const void *ctx) {
+  (void)n;
+  (void)ctx;
+  return 0;
+}
+
 /* The wheel's whole share of a schedule on the real clock: read the clock,
  * take a lock, round the deadline up to a tick of a run-time length and
  * insert the node with src/wheel.c (levels, occupancy bits, prefetch hints),
  * as the engine does; none of the engine's own bookkeeping. */
-static uint64_t unused_deadline(const wheel_node *n, const void *ctx) {
-  (void)n;
-  (void)ctx;
-  return 0;                                      /* the reference never advances */
-}
-
 static void reference_schedule_wheel(bench *b) {
   wheel w;
   if (wheel_init(&w, WHEEL_SLOTS, unused_deadline, NULL)) fail("wheel_init failed");
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-  volatile uint64_t tick_setting = TICK_NS;
+  volatile uint64_t tick_setting = TICK_NS;       /* divided at run time, as the engine's */
   uint64_t tick_ns = tick_setting, epoch_ns = engine_monotonic_ns();
   draw_delays(b, 1 * SEC, 60 * SEC);
   uint64_t start = now_ns();
