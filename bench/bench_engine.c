@@ -33,7 +33,10 @@
  *                    lock, a random node unlinked from a list in random
  *                    order under a lock, the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
- *                    order, prefetched as it does), and the CPU time a
+ *                    order, prefetched as it does), the wheel's share of an
+ *                    expiry (ref_expire_wheel: src/wheel.c advanced into a
+ *                    due list, each node taken under a lock, without the
+ *                    engine's sort, counts and lateness), and the CPU time a
  *                    thread's 1 ms sleep costs (ref_sleep_cpu: a timer that
  *                    fires every tick pays it once a tick), and wake_cpu:
  *                    the CPU of one engine wake-up (tq_wait, then a poll of
@@ -346,6 +349,48 @@ static void reference_expire_memory(bench *b) {
   free(tick_end);
 }
 
+/* The wheel's wheel_deadline_fn for expire's draw: deadline_ns holds the delay. */
+static uint64_t drawn_tick(const wheel_node *n, const void *ctx) {
+  (void)ctx;
+  return due_tick(((const timeout *)(const void *)n)->deadline_ns);
+}
+
+/* The wheel's whole share of an expiry, with the lock that lets a cancel win
+ * until the start: expire's draw in a bare src/wheel.c, advanced one tick at
+ * a time under the lock into a due list, each node then taken off that list
+ * and marked under the lock. No sort by deadline within a tick, no counts, no
+ * lateness, no finish: per expiry. */
+static void reference_expire_wheel(bench *b) {
+  draw_delays(b, 0, EXPIRE_SPAN_NS);
+  wheel w;
+  if (wheel_init(&w, WHEEL_SLOTS, drawn_tick, NULL)) fail("wheel_init failed");
+  wheel_list due = {0};
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[i];
+    t->deadline_ns = b->delays[i];
+    if (!wheel_insert(&w, &t->link, due_tick(t->deadline_ns))) wheel_list_push_back(&due, &t->link);
+  }
+  pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  size_t expired = 0;
+  uint64_t start = now_ns();
+  for (uint64_t tick = 1; tick <= due_tick(EXPIRE_SPAN_NS); tick++) {
+    pthread_mutex_lock(&m);
+    wheel_advance(&w, tick, &due);
+    pthread_mutex_unlock(&m);
+    for (;;) {
+      pthread_mutex_lock(&m);
+      wheel_node *n = wheel_list_pop_front(&due);
+      if (n) timeout_of(n)->state = TIMEOUT_DONE;
+      pthread_mutex_unlock(&m);
+      if (!n) break;
+      expired++;
+    }
+  }
+  result("ref_expire_wheel", (double)(now_ns() - start) / (double)b->n);
+  if (expired != b->n) fail("the reference wheel did not expire every node");
+  wheel_free(&w);
+}
+
 /* The floor of a cancel that unlinks at once, as an intrusive list's must:
  * a random node taken out of a doubly linked list whose order is random too
  * (so both neighbours are random nodes), under a lock. */
@@ -496,6 +541,7 @@ int main(int argc, char **argv) {
     reference_random_touch(&b);
     reference_random_unlink(&b);
     reference_expire_memory(&b);
+    reference_expire_wheel(&b);
     reference_miss_latency(b.n * sizeof(timeout));
   }
 

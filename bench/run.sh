@@ -353,8 +353,10 @@ END {
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
     printf("  unlinked from a list in random order, under a lock (the floor of an unlink at once) %s ns\n",
       cell("engine", "ref_locked_unlink_random", "ns_per_op"))
-    printf("  the nodes an expiry touches, in the order the wheel walks them, prefetched (its memory floor) %s ns\n",
+    printf("  the nodes an expiry touches, in the order the wheel walks them, prefetched (its memory floor) %s ns;\n",
       cell("engine", "ref_expire_memory", "ns_per_op"))
+    printf("  the wheel alone, advanced into a due list, each node taken under a lock (no sort, counts or lateness) %s ns\n",
+      cell("engine", "ref_expire_wheel", "ns_per_op"))
     printf("  CPU time of one 1 ms sleep %s ns (W6 sleeps about once a tick, 10^4 times);\n",
       cell("engine", "ref_sleep_cpu", "ns_per_op"))
     printf("  of one engine wake-up, tq_wait and a poll of the timeout due, %s ns\n",
