@@ -185,11 +185,16 @@ static void reference_schedule_floor(bench *b) {
   result("ref_schedule_floor", (double)(now_ns() - start) / (double)b->n);
 }
 
-/* The wheel's wheel_deadline_fn for a wheel that never advances. */
-static uint64_t unused_deadline(const wheel_node *n, const void *ctx) {
-  (void)n;
+/* The tick a delay from tick 0 falls due in (rounded up, as the engine's). */
+static size_t due_tick(uint64_t delay_ns) {
+  return (size_t)((delay_ns + TICK_NS - 1) / TICK_NS);
+}
+
+/* The references' wheel_deadline_fn: a node's deadline_ns, on the wheel's
+ * clock, rounded up to its tick. */
+static uint64_t node_tick(const wheel_node *n, const void *ctx) {
   (void)ctx;
-  return 0;
+  return due_tick(((const timeout *)(const void *)n)->deadline_ns);
 }
 
 /* The wheel's whole share of a schedule on the real clock: read the clock,
@@ -198,7 +203,7 @@ static uint64_t unused_deadline(const wheel_node *n, const void *ctx) {
  * as the engine does; none of the engine's own bookkeeping. */
 static void reference_schedule_wheel(bench *b) {
   wheel w;
-  if (wheel_init(&w, WHEEL_SLOTS, unused_deadline, NULL)) fail("wheel_init failed");
+  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   volatile uint64_t tick_setting = TICK_NS;       /* divided at run time, as the engine's */
   uint64_t tick_ns = tick_setting, epoch_ns = engine_monotonic_ns();
@@ -207,8 +212,10 @@ static void reference_schedule_wheel(bench *b) {
   for (size_t i = 0; i < b->n; i++) {
     uint64_t deadline_ns = engine_monotonic_ns() - epoch_ns + b->delays[i];
     pthread_mutex_lock(&m);
+    timeout *t = &b->timeouts[i];
+    t->deadline_ns = deadline_ns;
     uint64_t tick = deadline_ns / tick_ns + (deadline_ns % tick_ns != 0);
-    if (!wheel_insert(&w, &b->timeouts[i].link, tick)) fail("wheel_insert refused");
+    if (!wheel_insert(&w, &t->link, tick)) fail("wheel_insert refused");
     pthread_mutex_unlock(&m);
   }
   result("ref_schedule_wheel", (double)(now_ns() - start) / (double)b->n);
@@ -318,11 +325,6 @@ static uint64_t touch_walk(timeout *const *walk, size_t count) {
   return sum;
 }
 
-/* The tick a delay from tick 0 falls due in (rounded up, as the engine's). */
-static size_t due_tick(uint64_t delay_ns) {
-  return (size_t)((delay_ns + TICK_NS - 1) / TICK_NS);
-}
-
 /* The memory an expiry of expire's draw must touch, and nothing else: the
  * timeouts that move down a level (due past level 0's WHEEL_SLOTS ticks)
  * once, in the order they were scheduled, then each timeout once, in the
@@ -349,12 +351,6 @@ static void reference_expire_memory(bench *b) {
   free(tick_end);
 }
 
-/* The wheel's wheel_deadline_fn for expire's draw: deadline_ns holds the delay. */
-static uint64_t drawn_tick(const wheel_node *n, const void *ctx) {
-  (void)ctx;
-  return due_tick(((const timeout *)(const void *)n)->deadline_ns);
-}
-
 /* The wheel's whole share of an expiry, with the lock that lets a cancel win
  * until the start: expire's draw in a bare src/wheel.c, advanced one tick at
  * a time under the lock into a due list, each node then taken off that list
@@ -363,7 +359,7 @@ static uint64_t drawn_tick(const wheel_node *n, const void *ctx) {
 static void reference_expire_wheel(bench *b) {
   draw_delays(b, 0, EXPIRE_SPAN_NS);
   wheel w;
-  if (wheel_init(&w, WHEEL_SLOTS, drawn_tick, NULL)) fail("wheel_init failed");
+  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
   wheel_list due = {0};
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[i];
