@@ -29,9 +29,10 @@
  *                    schedule on the real clock does (ref_schedule_floor),
  *                    the same with src/wheel.c's insert in place of the push
  *                    (ref_schedule_wheel: the wheel's share, without the
- *                    engine's bookkeeping), a cache miss, a random node changed alone and under a
- *                    lock, a random node unlinked from a list in random
- *                    order under a lock, the memory an expiry must touch
+ *                    engine's bookkeeping), a cache miss, a random node
+ *                    changed alone and under a lock, a random node
+ *                    unlinked from a list in random order under a lock,
+ *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
  *                    order, prefetched as it does), the wheel's share of an
  *                    expiry (ref_expire_wheel: src/wheel.c advanced into a
