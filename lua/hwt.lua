@@ -181,8 +181,11 @@ local function spawn_all(drain, handler, max, spawn)
   return handed
 end
 
+-- Runs (or hands to spawn) up to `max` due timeouts; returns how many, or
+-- nil when `timer` is not a Timer (drain_of checks it, for poll()).
 local function drain_timer(timer, max, spawn)
   local drain, has_on_error = drain_of(timer)
+  if drain == false then return nil end
   if drain == nil then return 0 end            -- nothing due, or stopped
   local handler = has_on_error and pass_error or traceback
   if spawn then return spawn_all(drain, handler, max, spawn) end
@@ -190,6 +193,11 @@ local function drain_timer(timer, max, spawn)
   recycle(drain)                               -- the next poll's, unless it raised
   return ran
 end
+
+-- drain_timer(timer, huge): everything due. On Lua 5.3+ the core does it in
+-- one C call (internal.poll, false for no Timer), with no Lua call between
+-- the wake-up and the first task.
+local drain_all = internal.poll or drain_timer
 
 local function arg_error(n, name, message)
   error(("bad argument #%d to '%s' (%s)"):format(n, name, message), 3)
@@ -217,8 +225,15 @@ local function number_arg(value, n, name)
 end
 
 
--- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due.
+-- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due. The
+-- common call, with neither, leaves its self check to the core: a
+-- getmetatable() from Lua costs each wake-up of a host's loop some 350
+-- instructions.
 function Timer:poll(max, spawn)
+  if max == nil and spawn == nil then
+    local ran = drain_all(self, huge)
+    if ran then return ran end
+  end
   check_self(self, "poll")
   if max ~= nil then
     max = number_arg(max, 1, "poll")
@@ -242,7 +257,7 @@ function Timer:advance(seconds)
     arg_error(1, "advance", "seconds must be a finite number >= 0")
   end
   advance_clock(self, seconds)
-  return drain_timer(self, huge)
+  return drain_all(self, huge)
 end
 
 local function is_manual(timer) return (clock_state(timer)) end
@@ -254,7 +269,7 @@ function Timer:run()
     error("run() would never end on a manual clock: use advance() or run_for()", 2)
   end
   local ran = 0
-  while core_wait(self) do ran = ran + drain_timer(self, huge) end
+  while core_wait(self) do ran = ran + drain_all(self, huge) end
   return ran
 end
 
@@ -277,7 +292,7 @@ local function run_for_manual(timer, seconds)
       error(("run_for(): more than %d passes at one instant (a task that re-schedules itself with delay 0?)")
         :format(MAX_PASSES_AT_ONE_INSTANT), 3)
     end
-    ran = ran + drain_timer(timer, huge)
+    ran = ran + drain_all(timer, huge)
   end
 end
 
@@ -291,7 +306,7 @@ local function run_for_real(timer, seconds)
   repeat
     local left = ends_at - hwt.now()
     if left > 0 then core_wait(timer, math.min(left, LONGEST_WAIT)) end
-    ran = ran + drain_timer(timer, huge)
+    ran = ran + drain_all(timer, huge)
   until hwt.now() >= ends_at or is_stopped(timer)
   return ran
 end

@@ -180,28 +180,35 @@ typedef struct drain {
 
 /* Every function of the module has both metatables as upvalues: checking a
  * type is a pointer comparison, not a registry lookup by name. The third is
- * the state's state_timers; the last, a C function that does nothing, for
- * the probe (pushing a C function makes a closure on 5.1 and LuaJIT). */
+ * the state's state_timers; the fifth, a C function that does nothing, for
+ * the probe (pushing a C function makes a closure on 5.1 and LuaJIT); the
+ * last, on Lua 5.3+, internal.run_batch, which internal.poll calls (a
+ * closure made per poll would be garbage). */
 #define TIMER_MT_UPVALUE lua_upvalueindex(1)
 #define TIMEOUT_MT_UPVALUE lua_upvalueindex(2)
 #define STATE_TIMERS_UPVALUE lua_upvalueindex(3)
 #define DRAIN_MT_UPVALUE lua_upvalueindex(4)
 #define DO_NOTHING_UPVALUE lua_upvalueindex(5)
-#define MODULE_UPVALUES 5
+#define RUN_BATCH_UPVALUE lua_upvalueindex(6)
+#define MODULE_UPVALUES 6
 
 static int do_nothing(lua_State *L) {
   (void)L;
   return 0;
 }
 
-static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
+/* The object at idx if its class is that of mt_upvalue, else NULL. */
+static void *test_class(lua_State *L, int idx, int mt_upvalue) {
   void *object = lua_touserdata(L, idx);
-  if (object && lua_getmetatable(L, idx)) {
-    bool same_class = lua_topointer(L, -1) == lua_topointer(L, mt_upvalue);  /* cheaper than rawequal */
-    lua_pop(L, 1);
-    if (same_class) return object;
-  }
-  return compat_checkudata(L, idx, name);        /* raises the usual message */
+  if (!object || !lua_getmetatable(L, idx)) return NULL;
+  bool same_class = lua_topointer(L, -1) == lua_topointer(L, mt_upvalue);  /* cheaper than rawequal */
+  lua_pop(L, 1);
+  return same_class ? object : NULL;
+}
+
+static void *check_class(lua_State *L, int idx, int mt_upvalue, const char *name) {
+  void *object = test_class(L, idx, mt_upvalue);
+  return object ? object : compat_checkudata(L, idx, name);   /* raises the usual message */
 }
 
 static lhwt_timer *check_timer(lua_State *L, int idx) {
@@ -629,6 +636,19 @@ static void report_task_error(lua_State *L, int on_error_idx, int timeout_idx) {
   }
 }
 
+static void push_timer_of_queue(lua_State *L, int queue_idx);
+
+/* Pushes the on_error of the timer of the drain at drain_idx: nil when it
+ * has none, or once the timer was collected. */
+static void push_on_error_of_drain(lua_State *L, int drain_idx) {
+  compat_getuservalue(L, drain_idx, DRAIN_UV_QUEUE);
+  push_timer_of_queue(L, -1);
+  lua_remove(L, -2);
+  if (lua_isnil(L, -1)) return;
+  compat_getuservalue(L, -1, TIMER_UV_ON_ERROR);
+  lua_remove(L, -2);
+}
+
 /* Pushes the Timer of the queue userdata at queue_idx, or nil once it was
  * collected. The queue must not hold its Timer's on_error or watcher
  * itself: the state holds a running queue, and a function that refers to
@@ -709,6 +729,28 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
   return d;
 }
 
+/* The drain of a poll of tm, whose Timer is at index 1, made ready and left
+ * at the top; NULL, with nothing pushed, when nothing is due or tm is
+ * stopped. */
+static drain *begin_poll(lua_State *L, lhwt_timer *tm) {
+  uint64_t seq_limit = tm->initialized ? tq_poll_begin(&tm->queue) : 0;
+  if (seq_limit == 0) return NULL;
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  drain *d = idle_or_new_drain(L, -1);
+  lua_remove(L, -2);
+  d->seq_limit = seq_limit;
+  return d;
+}
+
+/* Whether the Timer at index 1 has an on_error (else errors want a
+ * traceback). */
+static bool has_on_error(lua_State *L) {
+  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
+  bool has_one = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  return has_one;
+}
+
 /* Pushes the anchored Timeout `to` of the drain at index 1. */
 static void push_anchored(lua_State *L, lhwt_timeout *to) {
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
@@ -730,20 +772,19 @@ static void drop_handed(lua_State *L) {
 
 /* internal.drain(timer) -> a poll's drain, or nil when nothing is due or
  * the timer is stopped; and whether the timer has an on_error (else errors
- * want a traceback). */
+ * want a traceback). false when `timer` is not a Timer: poll() checks its
+ * self here, and raises its own message. */
 static int internal_drain(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
-  uint64_t seq_limit = tm->initialized ? tq_poll_begin(&tm->queue) : 0;
-  if (seq_limit == 0) {
+  timer_handle *handle = test_class(L, 1, TIMER_MT_UPVALUE);
+  if (!handle) {
+    lua_pushboolean(L, false);
+    return 1;
+  }
+  if (!begin_poll(L, handle->tm)) {
     lua_pushnil(L);
     return 1;
   }
-  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-  drain *d = idle_or_new_drain(L, -1);
-  d->seq_limit = seq_limit;
-  compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
-  lua_pushboolean(L, !lua_isnil(L, -1));
-  lua_remove(L, -2);
+  lua_pushboolean(L, has_on_error(L));
   return 2;
 }
 
@@ -970,24 +1011,35 @@ static int internal_args(lua_State *L) {
   return 1 + to->nargs;
 }
 
-static int internal_finish(lua_State *L) {
-  drain *d = check_drain(L, 1);
+/* Finishes the drain at index 1 (unchecked). */
+static int finish_drain(lua_State *L) {
+  drain *d = lua_touserdata(L, 1);
   settle_released(L, d);
   finish_current(L, d);
   return 0;
 }
 
-/* internal.recycle(drain): the poll that used it has returned. A poll's
+static int internal_finish(lua_State *L) {
+  check_drain(L, 1);
+  return finish_drain(L);
+}
+
+/* The poll that used the drain `d` (at index 1) has returned. A poll's
  * drain with nothing taken and unfinished becomes its queue's idle drain
  * (the next poll's); it can take nothing until then. */
-static int internal_recycle(lua_State *L) {
-  drain *d = check_drain(L, 1);
+static void recycle(lua_State *L, drain *d) {
   settle_released(L, d);
-  if (d->is_handoff || d->current || d->handed) return 0;
+  if (d->is_handoff || d->current || d->handed) return;
   d->seq_limit = 0;
   compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
   lua_pushvalue(L, 1);
   compat_setuservalue(L, -2, QUEUE_UV_IDLE_DRAIN);
+  lua_pop(L, 1);
+}
+
+/* internal.recycle(drain): see recycle. */
+static int internal_recycle(lua_State *L) {
+  recycle(L, check_drain(L, 1));
   return 0;
 }
 
@@ -1136,6 +1188,94 @@ static int internal_run_batch(lua_State *L) {
   probe_task_call(L);
   compat_getuservalue(L, BATCH_DRAIN_IDX, DRAIN_UV_ANCHORS);
   return run_batch_from(L, LUA_OK, 0);
+}
+
+/* internal.poll's stack: the drain, the error handler. */
+enum { POLL_DRAIN_IDX = 1, POLL_HANDLER_IDX };
+
+static int pass_error(lua_State *L) {
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int poll_from(lua_State *L, int status, lua_KContext ran);
+
+/* Runs the poll's next batch, protected; returns its status, its results
+ * (or its error) at the top. Its continuation goes on with the poll after
+ * a task that yielded. */
+static int call_batch(lua_State *L, lua_KContext ran) {
+  lua_settop(L, POLL_HANDLER_IDX);
+  lua_pushvalue(L, RUN_BATCH_UPVALUE);
+  lua_pushvalue(L, POLL_DRAIN_IDX);
+  lua_pushnumber(L, HUGE_VAL);
+  return lua_pcallk(L, 2, 2, POLL_HANDLER_IDX, ran, poll_from);
+}
+
+/* A batch raised (its error at the top), with `ran` tasks run before it.
+ * If it took no task, the poll fails with that error, as lua/hwt.lua's
+ * run_drain does; else the error was its last task's, reported as a task's
+ * error. Returns how many tasks have now run. */
+static lua_KContext after_batch_error(lua_State *L, lua_KContext ran) {
+  drain *d = lua_touserdata(L, POLL_DRAIN_IDX);
+  int error_idx = lua_gettop(L);
+  if ((lua_KContext)d->taken == ran) {
+    lua_pushcfunction(L, finish_drain);
+    lua_pushvalue(L, POLL_DRAIN_IDX);
+    lua_pcall(L, 1, 0, 0);
+    lua_settop(L, error_idx);
+    return lua_error(L);
+  }
+  push_on_error_of_drain(L, POLL_DRAIN_IDX);
+  int on_error_idx = lua_gettop(L);
+  int timeout_idx = 0;
+  if (d->current) {
+    push_anchored(L, d->current);
+    timeout_idx = lua_gettop(L);
+  }
+  lua_pushvalue(L, error_idx);
+  report_task_error(L, on_error_idx, timeout_idx);
+  return (lua_KContext)d->taken;
+}
+
+/* The poll's loop over batches, from one that returned (or raised) with
+ * `ran` tasks run before it; also the continuation of a batch whose task
+ * yielded. */
+static int poll_from(lua_State *L, int status, lua_KContext ran) {
+  for (;;) {
+    if (status == LUA_OK || status == LUA_YIELD) {
+      bool nothing_due = lua_toboolean(L, -2);
+      ran += (lua_KContext)lua_tointeger(L, -1);
+      if (nothing_due) break;
+    } else {
+      ran = after_batch_error(L, ran);
+    }
+    status = call_batch(L, ran);
+  }
+  recycle(L, lua_touserdata(L, POLL_DRAIN_IDX));
+  lua_pushinteger(L, (lua_Integer)ran);
+  return 1;
+}
+
+/* internal.poll(timer) -> how many tasks ran: poll() with neither max nor
+ * spawn, in C: lua/hwt.lua's drain_timer with its run_drain, without the
+ * Lua calls between the wake-up and the first task (each costs a wake-up
+ * whose caches are cold; bench/RESULTS.md, twentieth round). false when
+ * `timer` is not a Timer: poll() raises its own message. */
+static int internal_poll(lua_State *L) {
+  timer_handle *handle = test_class(L, 1, TIMER_MT_UPVALUE);
+  if (!handle) {
+    lua_pushboolean(L, false);
+    return 1;
+  }
+  lua_settop(L, 1);
+  if (!begin_poll(L, handle->tm)) {
+    lua_pushinteger(L, 0);
+    return 1;
+  }
+  lua_CFunction handler = has_on_error(L) ? pass_error : traceback_handler;
+  lua_replace(L, POLL_DRAIN_IDX);
+  lua_pushcfunction(L, handler);
+  return poll_from(L, call_batch(L, 0), 0);
 }
 #endif
 
@@ -1500,14 +1640,11 @@ static int timer_gc(lua_State *L) {
 static int internal_report_error(lua_State *L) {
   lua_settop(L, 3);
   if (luaL_testudata(L, 1, DRAIN_MT)) {
-    compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
-    push_timer_of_queue(L, -1);
+    push_on_error_of_drain(L, 1);
   } else {
     check_timer(L, 1);
-    lua_pushvalue(L, 1);
+    compat_getuservalue(L, 1, TIMER_UV_ON_ERROR);
   }
-  if (lua_isnil(L, -1)) lua_pushnil(L);          /* the timer was collected */
-  else compat_getuservalue(L, -1, TIMER_UV_ON_ERROR);
   int on_error_idx = lua_gettop(L);
   lua_pushvalue(L, 2);
   report_task_error(L, on_error_idx, lua_isnil(L, 3) ? 0 : 3);
@@ -1807,7 +1944,7 @@ static const luaL_Reg internal_functions[] = {
   {"ffi_anchors", internal_ffi_anchors},
 #endif
 #if COMPAT_CALLK
-  {"run_batch", internal_run_batch},
+  {"run_batch", internal_run_batch}, {"poll", internal_poll},
 #endif
   {NULL, NULL}
 };
@@ -1849,6 +1986,12 @@ int luaopen_hwt_core(lua_State *L) {
   push_state_timers(L);
   luaL_getmetatable(L, DRAIN_MT);
   lua_pushcfunction(L, do_nothing);
+#if COMPAT_CALLK
+  for (int i = 0; i < MODULE_UPVALUES - 1; i++) lua_pushvalue(L, mts_idx + i);
+  lua_pushcclosure(L, internal_run_batch, MODULE_UPVALUES - 1);
+#else
+  lua_pushnil(L);
+#endif
   lua_newtable(L);
   int module_idx = lua_gettop(L);
   set_module_functions(L, mts_idx, module_functions);
