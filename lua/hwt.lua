@@ -84,8 +84,7 @@ if internal.ffi_take then
   local step = ffi.new("int32_t[?]", layout.step_size)
 
   dispatch_batch = function(drain, budget)
-    probe()
-    local anchors = anchors_of(drain)
+    local anchors = anchors_of(drain)            -- after the probe, as run_batch's
     local singles = anchors[SINGLES]
     local cleared = 0
     for n = 1, budget do

@@ -963,11 +963,15 @@ static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
   return (int32_t)to->anchor;
 }
 
+static void probe_task_call(lua_State *L);
+
 /* internal.ffi_anchors(drain) -> its anchor table, for the FFI take's loop
  * (which passes the drain itself: the FFI converts a userdata to its address
- * in compiled code, a light userdata not). */
+ * in compiled code, a light userdata not); first the loop's probe, as
+ * internal.probe, which the loop would otherwise call just before. */
 static int internal_ffi_anchors(lua_State *L) {
   check_drain(L, 1);
+  probe_task_call(L);
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
   return 1;
 }
