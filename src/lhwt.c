@@ -806,14 +806,22 @@ static int push_call(lua_State *L, int timeout_idx, lhwt_timeout *to) {
  * re-armed (its watcher told); any other is let go, unless a reset armed it
  * again or another drain holds it. A taken timeout stays anchored until
  * here (cancel() and stop() leave its anchor to the drain), so the drain
- * need not hold it otherwise. */
-static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pending) {
+ * need not hold it otherwise. anchors_idx: where the caller keeps the
+ * drain's anchor table (a dispatch loop's, fetched once for all its tasks),
+ * or 0. */
+static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pending,
+                         int anchors_idx) {
   if (still_pending && d->tm->has_watcher) {
     compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
     tell_if_earlier(L, d->tm, -1, to);
     lua_pop(L, 1);
   } else if (!still_pending && to->drains == 0) {
-    compat_getuservalue(L, 1, drain_uv_of_kind(anchor_kind(to)));
+    int kind = anchor_kind(to);
+    if (anchors_idx && kind == ANCHOR_MAIN) {
+      unanchor(L, d->tm, anchors_idx, to);
+      return;
+    }
+    compat_getuservalue(L, 1, drain_uv_of_kind(kind));
     unanchor(L, d->tm, lua_gettop(L), to);
     lua_pop(L, 1);
   }
@@ -824,7 +832,7 @@ static void finish_current(lua_State *L, drain *d) {
   if (!to) return;
   d->current = NULL;
   count_drain_out(to);
-  after_finish(L, d, to, tq_finish(&to->node, d->current_seq));
+  after_finish(L, d, to, tq_finish(&to->node, d->current_seq), 0);
 }
 
 #if COMPAT_FFI
@@ -867,8 +875,9 @@ static void make_current(drain *d, lhwt_timeout *to) {
 
 /* A poll's step from its current timeout to the next due one, with one
  * engine lock round-trip; the next is current before the finished one's
- * watcher or anchor is dealt with (which may raise). */
-static lhwt_timeout *step_poll(lua_State *L, drain *d) {
+ * watcher or anchor is dealt with (which may raise). anchors_idx: as in
+ * after_finish. */
+static lhwt_timeout *step_poll(lua_State *L, drain *d, int anchors_idx) {
   lhwt_timeout *done = d->current;
   if (!done) {
     lhwt_timeout *first = (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit);
@@ -881,13 +890,14 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d) {
   lhwt_timeout *to = (lhwt_timeout *)tq_finish_and_pop(&done->node, d->current_seq, &done_pending,
                                                        d->seq_limit);
   if (to) make_current(d, to);
-  after_finish(L, d, done, done_pending);
+  after_finish(L, d, done, done_pending, anchors_idx);
   return to;
 }
 
 /* Finishes the current timeout of the drain `d` (at index 1) and makes the
- * next one current, started; returns it, or NULL when there is none. */
-static lhwt_timeout *take_next(lua_State *L, drain *d) {
+ * next one current, started; returns it, or NULL when there is none.
+ * anchors_idx: as in after_finish. */
+static lhwt_timeout *take_next(lua_State *L, drain *d, int anchors_idx) {
   settle_released(L, d);
   if (d->is_handoff && d->current) return NULL;  /* fn called again while its task runs */
   lhwt_timeout *to = NULL;
@@ -897,7 +907,7 @@ static lhwt_timeout *take_next(lua_State *L, drain *d) {
     drop_handed(L);
     if (to) make_current(d, to);
   } else if (d->seq_limit) {
-    to = step_poll(L, d);                     /* makes it current */
+    to = step_poll(L, d, anchors_idx);        /* makes it current */
   } else {
     finish_current(L, d);
   }
@@ -909,10 +919,12 @@ static lhwt_timeout *take_next(lua_State *L, drain *d) {
  * nothing when there is none. Raises nothing after the start, so a taken
  * timeout is always called. */
 static int internal_take(lua_State *L) {
-  lhwt_timeout *to = take_next(L, check_drain(L, 1));
-  if (!to) return 0;
+  drain *d = check_drain(L, 1);
   compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);   /* stays below the results */
-  push_anchored_in(L, lua_gettop(L), to);
+  int anchors_idx = lua_gettop(L);
+  lhwt_timeout *to = take_next(L, d, anchors_idx);
+  if (!to) return 0;
+  push_anchored_in(L, anchors_idx, to);
   return push_call(L, lua_gettop(L), to);
 }
 
@@ -1175,7 +1187,7 @@ static int run_batch_from(lua_State *L, int status, lua_KContext taken) {
   lua_KContext budget = batch_budget(L);
   for (; taken < budget; taken++) {
     lua_settop(L, BATCH_ANCHORS_IDX);
-    lhwt_timeout *to = take_next(L, d);
+    lhwt_timeout *to = take_next(L, d, BATCH_ANCHORS_IDX);
     if (!to) return batch_result(L, true, taken);
     int nargs = push_task_call(L, BATCH_ANCHORS_IDX, to);
     lua_callk(L, nargs, 0, taken + 1, run_batch_from);
