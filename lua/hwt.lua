@@ -25,9 +25,11 @@ local backoff_options, backoff_wait = checks.backoff_options, checks.backoff_wai
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
 -- Each task is called under xpcall, by a loop here or, on Lua 5.3+, by the
--- core's loop in C with lua_callk: so it may yield wherever the coroutine
--- that called poll() could (Lua 5.2+ and LuaJIT yield across xpcall; PUC 5.1
--- cannot, and the yield is the task's error). The core's
+-- core's loop in C with lua_callk (and for a poll() of all that is due,
+-- under the core's lua_pcallk: internal.poll does run_drain's work): so it
+-- may yield wherever the coroutine that called poll() could (Lua 5.2+ and
+-- LuaJIT yield across xpcall; PUC 5.1 cannot, and the yield is the task's
+-- error). The core's
 -- `take` starts the next due timeout inside the protected call, and records
 -- it in the drain, so that a timeout taken is always called, and always
 -- finished: by the next `take`, by `finish`, or by the drain's finalizer if
