@@ -723,7 +723,14 @@ local function retry_fn(rr)
   return function(attempt, handle)
     rr.calls = rr.calls + 1
     expect(attempt == rr.calls, "retry: attempt %s, but this is call %d", tostring(attempt), rr.calls)
-    expect(not rr.ended, "retry: fn called again after the retry ended")
+    if rr.ended then                     -- says enough to find the path (seen once: RELIABILITY.md)
+      fail(("retry: fn called again after the retry ended (%s; handle.done %s, its attempts %s, "
+        .. "successes %d, give-ups %d, cancelled %s, the handle given %s, in %s)"):format(
+        rr.behaviour, tostring(handle and handle.done), tostring(handle and handle.attempts),
+        rr.successes, rr.give_ups, tostring(rr.cancelled),
+        handle == rr.handle and "is the retry's" or rr.handle and "is another" or "(retry() had not returned)",
+        context))
+    end
     local behaviour, book = rr.behaviour, rr.book
     handle = handle or rr.handle
     if behaviour == "raise" then error("chaos: deliberate retry failure") end
