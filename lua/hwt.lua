@@ -338,13 +338,23 @@ local calling = setmetatable({}, { __mode = "kv" })
 
 local core_stop = Timer.stop
 
--- Gives up the retries of `timer` whose fn is being called in another
--- coroutine than `stopper` (one suspended in a yield): their call's result
--- no longer counts. An fn that stops its own timer is left to finish.
-local function give_up_calls(timer, stopper)
+-- Whether a call made in coroutine `co` is held in a yield (or its coroutine
+-- closed) rather than on the stack below the running code: `co` is nil for
+-- 5.1's and LuaJIT's main thread, which never yields.
+local function call_is_suspended(co)
+  if co == nil then return false end
+  local status = coroutine.status(co)
+  return status == "suspended" or status == "dead"
+end
+
+-- Gives up the retries of `timer` whose fn is held in a yield: their call's
+-- result no longer counts. A call still on the stack stopped the timer
+-- itself, if only through a coroutine it resumed or a finalizer that ran
+-- inside it: that fn is left to finish.
+local function give_up_calls(timer)
   local stopped = {}
   for handle, its_timer in pairs(calling) do
-    if its_timer == timer and handle._calling_co ~= stopper and not handle.done then
+    if its_timer == timer and call_is_suspended(handle._calling_co) and not handle.done then
       stopped[#stopped + 1] = handle
     end
   end
@@ -356,10 +366,10 @@ local function give_up_calls(timer, stopper)
 end
 
 -- Tells each waiting retry and sleeper among `ended` that the timer stopped,
--- and each retry in a call. Run in a coroutine of its own, so that a deep
--- caller's Lua stack does not limit it; an error goes where task errors go,
--- and the others are still told.
-local function tell_stopped(timer, ended, stopper)
+-- and each retry held in a yield. Run in a coroutine of its own, so that a
+-- deep caller's Lua stack does not limit it; an error goes where task errors
+-- go, and the others are still told.
+local function tell_stopped(timer, ended)
   for i = 1, #ended do
     local t = ended[i]
     local tell = on_stop[t]
@@ -369,7 +379,7 @@ local function tell_stopped(timer, ended, stopper)
       if not ok then pcall(report_error, timer, err, t) end
     end
   end
-  give_up_calls(timer, stopper)
+  give_up_calls(timer)
 end
 
 -- The same C depth as tell_stopped waking a sleeper, doing nothing.
@@ -392,9 +402,8 @@ function Timer:stop()
   local fits, err = coroutine.resume(coroutine.create(rehearse_telling))
   if not fits then error(err, 2) end
   local teller = coroutine.create(tell_stopped)
-  local stopper = coroutine.running()
   local ended = core_stop(self)
-  local told, failure = coroutine.resume(teller, self, ended, stopper)
+  local told, failure = coroutine.resume(teller, self, ended)
   if not told then pcall(report_error, self, failure) end
   return ended
 end

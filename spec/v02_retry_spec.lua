@@ -550,6 +550,92 @@ describe("hwt.retry 0.2: when the timer stops", function()
     assert.are.same({ "success ok" }, log)
   end)
 
+  it("a stop from a coroutine that fn resumes is fn's own: fn then succeeds and has succeeded", function()
+    local timer = manual()
+    local log = {}
+    local calls = 0
+    local h
+    h = hwt.retry(timer, function(attempt)
+      calls = calls + 1
+      if attempt == 1 then return nil, "not yet" end
+      coroutine.wrap(function() timer:stop() end)()
+      log[#log + 1] = "after the stop, done " .. tostring(h.done)
+      return "ok"
+    end, {
+      delay = 1,
+      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
+      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
+    })
+    timer:run_for(5)
+    assert.are.same({ "after the stop, done false", "success ok" }, log)
+    assert.are.equal(2, calls)
+    assert.is_true(h.done)
+  end)
+
+  it("a stop from a coroutine that fn resumes, then a failure: gives up once, when fn returns", function()
+    local timer = manual()
+    local log = {}
+    local h
+    h = hwt.retry(timer, function()
+      coroutine.wrap(function() timer:stop() end)()
+      log[#log + 1] = "fn goes on, done " .. tostring(h and h.done)
+      return nil, "failed"
+    end, { retries = 5, delay = 1, on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end })
+    assert.are.same({ "fn goes on, done nil", "give up timer is stopped" }, log)
+    assert.is_true(h.done)
+    assert.is_false(h:cancel())
+  end)
+
+  -- A finalizer runs wherever the collector steps, inside fn's call too: a
+  -- stop from a coroutine it resumes must not end the call under fn's feet.
+  it("a finalizer that stops the timer from a coroutine while fn runs: fn's result still counts", function()
+    local timer = manual()
+    local log = {}
+    local stopped = false
+    local function stop_from_coroutine()
+      coroutine.wrap(function() timer:stop(); stopped = true end)()
+    end
+    local h = hwt.retry(timer, function(attempt)
+      if attempt == 1 then return nil, "not yet" end
+      compat.gc_object(stop_from_coroutine)    -- garbage at once
+      collectgarbage()
+      collectgarbage()
+      log[#log + 1] = "stopped " .. tostring(stopped)
+      return "ok"
+    end, {
+      delay = 1,
+      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
+      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
+    })
+    timer:run_for(5)
+    assert.are.same({ "stopped true", "success ok" }, log)
+    assert.are.equal(2, h.attempts)
+  end)
+
+  it("an fn that stops the timer and then yields decides when it is resumed and returns", function()
+    if not compat.tasks_yield then return end  -- PUC 5.1: a task cannot yield
+    local timer = manual()
+    local log = {}
+    local h = hwt.retry(timer, function(attempt)
+      if attempt == 1 then return nil, "not yet" end
+      timer:stop()
+      coroutine.yield()
+      return "ok"
+    end, {
+      delay = 1,
+      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
+      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
+    })
+    local co = coroutine.create(function() return timer:run_for(5) end)
+    assert.is_true((coroutine.resume(co)))
+    assert.are.equal("suspended", coroutine.status(co))
+    assert.are.same({}, log)
+    assert.is_false(h.done)
+    assert.is_true((coroutine.resume(co)))
+    assert.are.same({ "success ok" }, log)
+    assert.is_true(h.done)
+  end)
+
   it("a retry cancelled before the stop does not give up", function()
     local timer = manual()
     local gave = 0

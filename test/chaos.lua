@@ -399,6 +399,20 @@ function Book:check_stopped()
   expect(pending == 0, "timer #%d: pending() is %d after stop()", self.id, pending)
 end
 
+-- A retry's call of fn (rr.call_co: its coroutine while the call lasts) is on
+-- the stack, or held in a yield (its coroutine suspended, or closed). A
+-- retry ends under fn only when the call is held, never while it is on the
+-- stack; a stop made while it is on the stack leaves the retry to that call.
+local function call_on_stack(rr)
+  local status = rr.call_co and coroutine.status(rr.call_co)
+  return status == "running" or status == "normal"
+end
+
+local function call_held(rr)
+  local status = rr.call_co and coroutine.status(rr.call_co)
+  return status == "suspended" or status == "dead"
+end
+
 function Book:stop()
   if self.dropped then return {} end
   self.stopping = self.stopping + 1
@@ -412,6 +426,9 @@ function Book:stop()
   end
   self.stopped = true
   self.stopped_in = context
+  for _, rr in ipairs(self.retries) do
+    if call_on_stack(rr) then rr.stopped_in_call = true end
+  end
   count(depth > 0 and "stops nested" or "stops")
   if finished then return list end     -- lua_close may have collected it already
   for i = 1, #list do
@@ -716,27 +733,25 @@ end
 
 local pick_retry_behaviour = weighted{
   { 3, "fail" }, { 2, "raise" }, { 3, "succeed_later" }, { 1, "stop_then_succeed" },
-  { 2, "stop_then_fail" }, { 1, "cancel_self" }, { 1, "drain" },
+  { 2, "stop_then_fail" }, { 1, "cancel_self" }, { 1, "drain" }, { 1, "stop_in_coroutine" },
 }
 
+-- fn's checks come first, before anything allocates: a finalizer can run at
+-- any allocation, and a stop it makes inside the call must leave the call be.
 local function retry_fn(rr)
-  return function(attempt, handle)
+  local function body(attempt, handle)
     rr.calls = rr.calls + 1
     expect(attempt == rr.calls, "retry: attempt %s, but this is call %d", tostring(attempt), rr.calls)
-    if rr.ended then                     -- says enough to find the path (seen once: RELIABILITY.md)
-      fail(("retry: fn called again after the retry ended (%s; handle.done %s, its attempts %s, "
-        .. "successes %d, give-ups %d, cancelled %s, the handle given %s, in %s)"):format(
-        rr.behaviour, tostring(handle and handle.done), tostring(handle and handle.attempts),
-        rr.successes, rr.give_ups, tostring(rr.cancelled),
-        handle == rr.handle and "is the retry's" or rr.handle and "is another" or "(retry() had not returned)",
-        context))
-    end
     local behaviour, book = rr.behaviour, rr.book
     handle = handle or rr.handle
     if behaviour == "raise" then error("chaos: deliberate retry failure") end
     if behaviour == "succeed_later" and attempt >= rr.succeed_at then return "done", attempt end
     if behaviour == "stop_then_succeed" then book:stop(); return true end
     if behaviour == "stop_then_fail" then book:stop(); return nil, "chaos: deliberate" end
+    if behaviour == "stop_in_coroutine" then      -- still fn's own stop: its result counts
+      resume(coroutine.create(function() book:stop() end))
+      if attempt >= rr.succeed_at then return "done", attempt end
+    end
     if behaviour == "cancel_self" and handle and attempt >= 2 then
       local cancelled = handle:cancel()
       expect(cancelled, "retry: handle:cancel() from fn returned false")
@@ -744,6 +759,28 @@ local function retry_fn(rr)
     end
     if behaviour == "drain" then drain(book) end
     return nil, "chaos: deliberate"
+  end
+  return function(attempt, handle)
+    if rr.ended then
+      fail(("retry: fn called again after the retry ended (%s; handle.done %s, its attempts %s, "
+        .. "successes %d, give-ups %d, cancelled %s, the handle given %s, in %s)"):format(
+        rr.behaviour, tostring(handle and handle.done), tostring(handle and handle.attempts),
+        rr.successes, rr.give_ups, tostring(rr.cancelled),
+        handle == rr.handle and "is the retry's" or rr.handle and "is another" or "(retry() had not returned)",
+        context))
+    end
+    rr.call_co = coroutine.running()
+    local results = table.pack(pcall(body, attempt, handle))
+    rr.call_co = nil
+    if not results[1] then error(results[2], 0) end
+    return table.unpack(results, 2, results.n)
+  end
+end
+
+local function expect_call_not_running(rr, what)
+  if call_on_stack(rr) then
+    fail(("retry: %s while fn's call was still on the stack (its coroutine %s)"):format(
+      what, coroutine.status(rr.call_co)))
   end
 end
 
@@ -759,6 +796,7 @@ local function start_retry(book)
     jitter = chance(0.3) and 0.5 or 0, random = fraction,
     on_success = function()
       expect(not rr.ended and not rr.cancelled, "retry: on_success after it ended or was cancelled")
+      expect_call_not_running(rr, "on_success")
       rr.successes, rr.ended = rr.successes + 1, true
       count("retry successes")
     end,
@@ -768,6 +806,7 @@ local function start_retry(book)
     opts.on_give_up = function(err)
       expect(not rr.ended and not rr.cancelled, "retry: on_give_up(%s) after it ended or was cancelled",
         describe(err))
+      expect_call_not_running(rr, "on_give_up(" .. describe(err) .. ")")
       rr.give_ups, rr.ended = rr.give_ups + 1, true
       count("retry give-ups")
     end
@@ -798,10 +837,13 @@ function Book:check_retries_after_stop()
   for _, rr in ipairs(self.retries) do
     if rr.handle then
       local handle = rr.handle
-      if not handle.done then
-        fail(("timer #%d stopped (in %s), but a retry (%s, %d calls, its next try %s) is not done: orphaned"):format(
+      if not handle.done and rr.stopped_in_call and call_held(rr) then
+        count("retries held after a stop in their call")   -- they end when resumed (README)
+      elseif not handle.done then
+        fail(("timer #%d stopped (in %s), but a retry (%s, %d calls, its next try %s, its call %s) is not done: orphaned"):format(
           self.id, self.stopped_in, rr.behaviour, rr.calls,
-          handle.pending and tostring(handle.pending) or "none"))
+          handle.pending and tostring(handle.pending) or "none",
+          rr.call_co and coroutine.status(rr.call_co) or "none"))
       end
       expect(rr.handle:cancel() == false, "timer #%d stopped, but handle:cancel() returned true", self.id)
       if rr.has_give_up then
