@@ -341,7 +341,7 @@ local core_stop = Timer.stop
 -- Whether a call made in coroutine `co` is held in a yield (or its coroutine
 -- closed) rather than on the stack below the running code: `co` is nil for
 -- 5.1's and LuaJIT's main thread, which never yields.
-local function call_is_suspended(co)
+local function call_is_held(co)
   if co == nil then return false end
   local status = coroutine.status(co)
   return status == "suspended" or status == "dead"
@@ -354,7 +354,7 @@ end
 local function give_up_calls(timer)
   local stopped = {}
   for handle, its_timer in pairs(calling) do
-    if its_timer == timer and call_is_suspended(handle._calling_co) and not handle.done then
+    if its_timer == timer and call_is_held(handle._calling_co) and not handle.done then
       stopped[#stopped + 1] = handle
     end
   end
