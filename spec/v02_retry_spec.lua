@@ -472,6 +472,16 @@ end)
 
 -- ---- stop() gives the retry up ------------------------------------------------------------
 
+-- opts (default: a delay of 1 s) whose on_give_up and on_success write
+-- "give up <err>" and "success <value>" to log.
+local function logged(log, opts)
+  opts = opts or {}
+  opts.delay = opts.delay or 1
+  opts.on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end
+  opts.on_success = function(v) log[#log + 1] = "success " .. tostring(v) end
+  return opts
+end
+
 describe("hwt.retry 0.2: when the timer stops", function()
   it("on_give_up('timer is stopped') is called once, by stop() before it returns", function()
     local timer = manual()
@@ -541,11 +551,7 @@ describe("hwt.retry 0.2: when the timer stops", function()
       if attempt == 1 then return nil, "not yet" end
       timer:stop()
       return "ok"
-    end, {
-      delay = 1,
-      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
-      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
-    })
+    end, logged(log))
     timer:run_for(5)
     assert.are.same({ "success ok" }, log)
   end)
@@ -561,11 +567,7 @@ describe("hwt.retry 0.2: when the timer stops", function()
       coroutine.wrap(function() timer:stop() end)()
       log[#log + 1] = "after the stop, done " .. tostring(h.done)
       return "ok"
-    end, {
-      delay = 1,
-      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
-      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
-    })
+    end, logged(log))
     timer:run_for(5)
     assert.are.same({ "after the stop, done false", "success ok" }, log)
     assert.are.equal(2, calls)
@@ -580,7 +582,7 @@ describe("hwt.retry 0.2: when the timer stops", function()
       coroutine.wrap(function() timer:stop() end)()
       log[#log + 1] = "fn goes on, done " .. tostring(h and h.done)
       return nil, "failed"
-    end, { retries = 5, delay = 1, on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end })
+    end, logged(log, { retries = 5 }))
     assert.are.same({ "fn goes on, done nil", "give up timer is stopped" }, log)
     assert.is_true(h.done)
     assert.is_false(h:cancel())
@@ -602,11 +604,7 @@ describe("hwt.retry 0.2: when the timer stops", function()
       collectgarbage()
       log[#log + 1] = "stopped " .. tostring(stopped)
       return "ok"
-    end, {
-      delay = 1,
-      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
-      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
-    })
+    end, logged(log))
     timer:run_for(5)
     assert.are.same({ "stopped true", "success ok" }, log)
     assert.are.equal(2, h.attempts)
@@ -621,11 +619,7 @@ describe("hwt.retry 0.2: when the timer stops", function()
       timer:stop()
       coroutine.yield()
       return "ok"
-    end, {
-      delay = 1,
-      on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end,
-      on_success = function(v) log[#log + 1] = "success " .. tostring(v) end,
-    })
+    end, logged(log))
     local co = coroutine.create(function() return timer:run_for(5) end)
     assert.is_true((coroutine.resume(co)))
     assert.are.equal("suspended", coroutine.status(co))
