@@ -740,8 +740,6 @@ local pick_retry_behaviour = weighted{
 -- any allocation, and a stop it makes inside the call must leave the call be.
 local function retry_fn(rr)
   local function body(attempt, handle)
-    rr.calls = rr.calls + 1
-    expect(attempt == rr.calls, "retry: attempt %s, but this is call %d", tostring(attempt), rr.calls)
     local behaviour, book = rr.behaviour, rr.book
     handle = handle or rr.handle
     if behaviour == "raise" then error("chaos: deliberate retry failure") end
@@ -770,6 +768,10 @@ local function retry_fn(rr)
         context))
     end
     rr.call_co = coroutine.running()
+    rr.calls = rr.calls + 1
+    expect(attempt == rr.calls + rr.unstarted, "retry: attempt %s, but this is call %d (%d could not start)",
+      tostring(attempt), rr.calls, rr.unstarted)
+    -- At the C stack's limit this pcall fails before body runs: still a call.
     local results = table.pack(pcall(body, attempt, handle))
     rr.call_co = nil
     if not results[1] then error(results[2], 0) end
@@ -787,7 +789,7 @@ end
 local function start_retry(book)
   if book.dropped or book.stopped then return end
   book.loose = true                      -- the retry's own timeouts are not in the books
-  local rr = { book = book, calls = 0, successes = 0, give_ups = 0, cancelled = false,
+  local rr = { book = book, calls = 0, unstarted = 0, successes = 0, give_ups = 0, cancelled = false,
                ended = false, handle = false, behaviour = pick_retry_behaviour(),
                succeed_at = random(3), has_give_up = chance(0.8) }
   local opts = {
@@ -802,6 +804,16 @@ local function start_retry(book)
     end,
   }
   if has_0_2 and chance(0.2) then opts.retries = math.huge end
+  if has_0_2 then
+    -- At the C stack's limit hwt's call of fn can fail before fn starts: an
+    -- attempt of its own, failed with that error.
+    opts.on_retry = function(err, attempt)
+      if attempt == rr.calls + rr.unstarted + 1 and is_stack_error(err) then
+        rr.unstarted = rr.unstarted + 1
+        count("retry calls that could not start")
+      end
+    end
+  end
   if rr.has_give_up then
     opts.on_give_up = function(err)
       expect(not rr.ended and not rr.cancelled, "retry: on_give_up(%s) after it ended or was cancelled",
