@@ -398,7 +398,16 @@ end
 -- the limit), or memory is short, it raises before stopping anything; once
 -- stopped, it always returns what it stopped.
 function Timer:stop()
-  if next(on_stop) == nil and next(calling) == nil then return core_stop(self) end
+  if next(on_stop) == nil and next(calling) == nil then
+    local ended = core_stop(self)
+    -- A finalizer that ran inside the core's stop, before it stopped, may
+    -- have armed a retry's next try since: it is among `ended`, to be told.
+    if next(on_stop) ~= nil or next(calling) ~= nil then
+      local told, failure = pcall(tell_stopped, self, ended)
+      if not told then pcall(report_error, self, failure) end
+    end
+    return ended
+  end
   local fits, err = coroutine.resume(coroutine.create(rehearse_telling))
   if not fits then error(err, 2) end
   local teller = coroutine.create(tell_stopped)
@@ -462,6 +471,7 @@ function Timer:sleep(seconds)
   end
   local t, err = self:timeout(seconds, wake_sleeper, co)
   if not t then return nil, err end
+  if is_stopped(self) then return nil, "timer is stopped" end   -- by a finalizer in timeout()
   on_stop[t] = function() resume_sleeper(co, nil, "timer is stopped") end
   local woken, why = coroutine.yield()
   if t:cancel() then on_stop[t] = nil end      -- resumed by hand
@@ -563,7 +573,12 @@ function hwt.retry(timer, fn, opts)
       if handle.done then return end            -- on_retry cancelled it
       if is_stopped(timer) then return give_up("timer is stopped", true) end
     end
-    local t, refusal = timer:timeout(wait, try_again)
+    -- A finalizer may stop the timer inside timeout(): it then raises, or
+    -- arms the try and ends it before on_stop knows it. Either way, the
+    -- retry gives up as any other that the stop finds.
+    local armed, t, refusal = pcall(timer.timeout, timer, wait, try_again)
+    if is_stopped(timer) then return give_up("timer is stopped", true) end
+    if not armed then return give_up(t) end
     if not t then return give_up(refusal) end
     handle.pending = t
     on_stop[t] = stopped_while_waiting

@@ -2,6 +2,7 @@
 -- Exact schedules are checked on a manual clock; the real clock only loosely.
 local hwt = require("hwt")
 local compat = require("compat")
+local support = require("support")
 
 local EPS = 1e-9
 local LATE = 0.5
@@ -20,6 +21,25 @@ local function close_to(expected, actual, tolerance)
 end
 
 describe("timer:sleep()", function()
+  -- A finalizer that stops the timer inside sleep()'s timeout(): the sleep
+  -- must not wait for a wake-up that the stop already took away.
+  it("a stop inside its timeout(): raises 'timer is stopped' before arming, returns nil, 'timer is stopped' after", function()
+    for _, when in ipairs({ "before", "after" }) do
+      local t = hwt.new({ clock = "manual" })
+      local co = coroutine.create(function() return t:sleep(1) end)
+      local resumed, a, b
+      support.with_stop_in_timeout(t, when, function() resumed, a, b = coroutine.resume(co) end)
+      assert.equals("dead", coroutine.status(co), when .. ": the coroutine did not finish")
+      if when == "before" then
+        assert.is_false(resumed)
+        assert.matches("timer is stopped", a)
+      else
+        assert.is_true(resumed)
+        assert.same({ nil, "timer is stopped" }, { a, b })
+      end
+    end
+  end)
+
   it("interleaves coroutines on a manual clock, waking them in order of their deadlines", function()
     local t = hwt.new({ clock = "manual" })
     local log = {}

@@ -12,6 +12,7 @@
 -- testing a user's retry logic).
 local hwt = require("hwt")
 local compat = require("compat")
+local support = require("support")
 
 local function manual(opts)
   local o = {}
@@ -457,7 +458,6 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
   end)
 
   it("without on_error either, the last error is written to stderr", function()
-    local support = require("support")
     local out, err = support.run_child([[
       local hwt = require("hwt")
       local timer = hwt.new({ clock = "manual" })
@@ -628,6 +628,50 @@ describe("hwt.retry 0.2: when the timer stops", function()
     assert.is_true((coroutine.resume(co)))
     assert.are.same({ "success ok" }, log)
     assert.is_true(h.done)
+  end)
+
+  for _, when in ipairs({ "before", "after" }) do
+    it("a stop inside timeout() " .. when .. " the next try is armed gives up once, never orphaned", function()
+      local timer = manual()
+      local log = {}
+      local h
+      support.with_stop_in_timeout(timer, when, function()
+        h = hwt.retry(timer, function() return nil, "down" end, logged(log, { retries = 3 }))
+      end)
+      assert.are.same({ "give up timer is stopped" }, log)
+      assert.is_true(h.done)
+      assert.is_nil(h.pending)
+      assert.is_false(h:cancel())
+      timer:stop()
+      assert.are.same({ "give up timer is stopped" }, log)
+    end)
+  end
+
+  -- A finalizer can also run inside stop() itself, before the core stops:
+  -- a call hook on the core's stop function runs one there on purpose. In a
+  -- child process, so that no other spec's retry or sleeper is waiting.
+  it("a retry armed inside stop() (by a finalizer, before the core stops) gives up once, before stop() returns", function()
+    local out, err, ok = support.run_child([[
+      local hwt = require("hwt")
+      local core_stop
+      for i = 1, math.huge do
+        local name, value = debug.getupvalue(hwt.Timer.stop, i)
+        if name == nil or name == "core_stop" then core_stop = value; break end
+      end
+      local timer = hwt.new({ clock = "manual" })
+      local log, h = {}, nil
+      debug.sethook(function()
+        if not h and debug.getinfo(2, "f").func == core_stop then
+          h = hwt.retry(timer, function() return nil, "down" end,
+            { delay = 1, on_give_up = function(e) log[#log + 1] = e end })
+        end
+      end, "c")
+      local ended = timer:stop()
+      debug.sethook()
+      print(type(core_stop), h ~= nil, #ended, h and h.done, table.concat(log, ","))
+    ]])
+    assert(ok, err)
+    assert.are.equal("function\ttrue\t1\ttrue\ttimer is stopped\n", out)
   end)
 
   it("a retry cancelled before the stop does not give up", function()
