@@ -79,23 +79,31 @@ end
 -- scheduled from inside `every` tasks, a due-but-unpolled one, a sleeping
 -- coroutine, a manual timer and a to-be-closed one, all left pending.
 
+-- For the duration of body(), timer:timeout(...) is replacement(timeout,
+-- timer, ...), where timeout is the method itself.
+function support.with_timeout_of(timer, replacement, body)
+  local timeout = hwt.Timer.timeout
+  hwt.Timer.timeout = function(self, ...)
+    if self ~= timer then return timeout(self, ...) end
+    return replacement(timeout, self, ...)
+  end
+  local ok, err = pcall(body)
+  hwt.Timer.timeout = timeout
+  if not ok then error(err, 0) end
+end
+
 -- A finalizer can run at any allocation inside timer:timeout(). For the
 -- duration of body(), timer's timeout() stops timer from a coroutine at the
 -- point `when` names: "before" the timeout is armed (the call then raises
 -- "timer is stopped") or "after" (armed, then ended by the stop).
 function support.with_stop_in_timeout(timer, when, body)
-  local timeout = hwt.Timer.timeout
   local function stop() coroutine.wrap(function() timer:stop() end)() end
-  hwt.Timer.timeout = function(self, ...)
-    if self ~= timer then return timeout(self, ...) end
+  support.with_timeout_of(timer, function(timeout, self, ...)
     if when == "before" then stop() end
     local t, err = timeout(self, ...)
     if when == "after" then stop() end
     return t, err
-  end
-  local ok, err = pcall(body)
-  hwt.Timer.timeout = timeout
-  if not ok then error(err, 0) end
+  end, body)
 end
 
 return support

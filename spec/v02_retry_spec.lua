@@ -647,6 +647,19 @@ describe("hwt.retry 0.2: when the timer stops", function()
     end)
   end
 
+  it("an error arming the next try (out of memory) gives up with it, once", function()
+    local timer = manual()
+    local log = {}
+    local h
+    support.with_timeout_of(timer, function() error("not enough memory", 0) end, function()
+      h = hwt.retry(timer, function() return nil, "down" end, logged(log, { retries = 3 }))
+    end)
+    assert.are.same({ "give up not enough memory" }, log)
+    assert.is_true(h.done)
+    assert.are.equal(1, h.attempts)
+    assert.is_false(h:cancel())
+  end)
+
   -- A finalizer can also run inside stop() itself, before the core stops:
   -- a call hook on the core's stop function runs one there on purpose. In a
   -- child process, so that no other spec's retry or sleeper is waiting.
