@@ -565,8 +565,8 @@ function hwt.retry(timer, fn, opts)
       return
     end
     local err = results[1] and results[3] or results[2]
-    if handle.attempts > o.retries then return give_up(err) end
     if is_stopped(timer) then return give_up("timer is stopped", true) end
+    if handle.attempts > o.retries then return give_up(err) end
     local wait = backoff_wait(o, handle.attempts)
     if o.on_retry then
       o.on_retry(err, handle.attempts, wait)

@@ -532,6 +532,17 @@ describe("hwt.retry 0.2: when the timer stops", function()
     assert.is_false(h:cancel())
   end)
 
+  it("a stop by fn in its last call, then a failure: gives up with 'timer is stopped', not reported", function()
+    local timer = manual()
+    local log, errors = {}, {}
+    hwt.retry(timer, function() timer:stop(); return nil, "failed" end, logged(log, { retries = 0 }))
+    assert.are.same({ "give up timer is stopped" }, log)
+    local quiet = manual({ on_error = function(e) errors[#errors + 1] = e end })
+    local h = hwt.retry(quiet, function() quiet:stop(); return nil, "failed" end, { retries = 0 })
+    assert.is_true(h.done)
+    assert.are.same({}, errors)
+  end)
+
   it("a stop by fn in the first call (inside hwt.retry): gives up once", function()
     local timer = manual()
     local log = {}
