@@ -571,11 +571,11 @@ function hwt.retry(timer, fn, opts)
     if o.on_retry then
       o.on_retry(err, handle.attempts, wait)
       if handle.done then return end            -- on_retry cancelled it
-      if is_stopped(timer) then return give_up("timer is stopped", true) end
     end
-    -- A finalizer may stop the timer inside timeout(): it then raises, or
-    -- arms the try and ends it before on_stop knows it. Either way, the
-    -- retry gives up as any other that the stop finds.
+    -- The timer may have stopped since fn returned (on_retry stopped it), or
+    -- stop inside timeout() (a finalizer): timeout() then raises, or arms the
+    -- try and ends it before on_stop knows it. Either way, the retry gives
+    -- up as any other that the stop finds.
     local armed, t, refusal = pcall(timer.timeout, timer, wait, try_again)
     if is_stopped(timer) then return give_up("timer is stopped", true) end
     if not armed then return give_up(t) end

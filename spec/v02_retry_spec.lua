@@ -658,6 +658,17 @@ describe("hwt.retry 0.2: when the timer stops", function()
     end)
   end
 
+  it("an on_retry that stops the timer: gives up once with 'timer is stopped', nothing armed", function()
+    local timer = manual()
+    local log = {}
+    local h = hwt.retry(timer, function() return nil, "down" end,
+      logged(log, { retries = 3, on_retry = function() timer:stop() end }))
+    assert.are.same({ "give up timer is stopped" }, log)
+    assert.is_true(h.done)
+    assert.is_nil(h.pending)
+    assert.are.equal(1, h.attempts)
+  end)
+
   it("an error arming the next try (out of memory) gives up with it, once", function()
     local timer = manual()
     local log = {}
