@@ -866,6 +866,15 @@ timeout *tq_hand_due(timer_queue *q, uint64_t seq_limit) {
   return t;
 }
 
+unsigned tq_due_ahead(timer_queue *q, timeout **ahead, unsigned most) {
+  engine *eng = lock_engine(q);
+  if (!eng) return 0;
+  unsigned n = 0;
+  for (wheel_node *at = q->due.head; at && n < most; at = at->next) ahead[n++] = timeout_of(at);
+  pthread_mutex_unlock(&eng->lock);
+  return n;
+}
+
 static bool still_handed_locked(const timeout *t, uint64_t seq) {
   return t->state == TIMEOUT_HANDED && t->seq == seq && !t->owner->stopped;
 }

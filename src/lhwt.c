@@ -171,6 +171,7 @@ typedef struct drain {
   lua_Integer taken;            /* how many take() took */
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
+  unsigned ahead_left;          /* takes before the next read_ahead */
 #if COMPAT_FFI
   int32_t released;             /* a slot the FFI take let go, until settled (see there) */
 #endif
@@ -726,6 +727,7 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
   compat_setuservalue(L, queue_idx, QUEUE_UV_IDLE_DRAIN);
   drain *d = lua_touserdata(L, -1);
   d->taken = 0;
+  d->ahead_left = 0;
   return d;
 }
 
@@ -894,6 +896,40 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d, int anchors_idx) {
   return to;
 }
 
+/* How many due timeouts a poll reads at once, ahead of their takes. */
+#define READ_AHEAD 16
+
+/* Once every READ_AHEAD takes of a poll, reads the anchor entries and the
+ * tasks of the next READ_AHEAD due timeouts, and prefetches the tasks. Each
+ * of those lies anywhere in memory: read here, one after another, their
+ * cache misses overlap, where each take would otherwise wait for its own
+ * (bench/RESULTS.md, twenty-second round). Only a hint: what it reads may
+ * change before the takes. anchors_idx: as in after_finish. */
+static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
+  if (d->ahead_left > 0) {
+    d->ahead_left--;
+    return;
+  }
+  timeout *ahead[READ_AHEAD];
+  unsigned n = tq_due_ahead(&d->tm->queue, ahead, READ_AHEAD);
+  if (n == 0 || !lua_checkstack(L, (int)n + 2)) return;
+  d->ahead_left = n - 1;
+  int base = lua_gettop(L);
+  for (unsigned i = 0; i < n; i++) {
+    const lhwt_timeout *to = (const lhwt_timeout *)ahead[i];
+    if (to->anchor) push_anchored_in(L, anchors_idx, to); else lua_pushnil(L);
+  }
+  for (int idx = base + 1; idx <= base + (int)n; idx++) {
+    if (lua_type(L, idx) != LUA_TUSERDATA) continue;
+    int uvs = compat_uservalues_open(L, idx);
+    compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
+    __builtin_prefetch(lua_topointer(L, -1));
+    lua_pop(L, 1);
+    compat_uservalues_close(L, uvs);
+  }
+  lua_settop(L, base);
+}
+
 /* Finishes the current timeout of the drain `d` (at index 1) and makes the
  * next one current, started; returns it, or NULL when there is none.
  * anchors_idx: as in after_finish. */
@@ -907,6 +943,7 @@ static lhwt_timeout *take_next(lua_State *L, drain *d, int anchors_idx) {
     drop_handed(L);
     if (to) make_current(d, to);
   } else if (d->seq_limit) {
+    read_ahead(L, d, anchors_idx);
     to = step_poll(L, d, anchors_idx);        /* makes it current */
   } else {
     finish_current(L, d);

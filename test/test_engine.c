@@ -149,6 +149,31 @@ static void test_hand_off_and_next_due(void) {
   tq_destroy(&q);
 }
 
+/* tq_due_ahead lists the due timeouts in the order the pops take them, at
+ * most `most`, and follows a cancel; nothing before anything is due. */
+static void test_due_ahead_in_pop_order(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout t[4], *ahead[4];
+  memset(t, 0, sizeof t);
+  const uint64_t delays[4] = {30 * MS, 10 * MS, 20 * MS, 10 * MS};
+  for (int i = 0; i < 4; i++) CHECK(tq_schedule(&q, &t[i], delays[i], 0) == TQ_OK);
+  CHECK(tq_due_ahead(&q, ahead, 4) == 0);                  /* none due yet */
+  engine_advance_manual(eng, 30 * MS);
+  uint64_t limit = tq_poll_begin(&q);
+  CHECK(tq_due_ahead(&q, ahead, 3) == 3);
+  CHECK(ahead[0] == &t[1] && ahead[1] == &t[3] && ahead[2] == &t[2]);
+  CHECK(tq_cancel(&t[3]));
+  CHECK(tq_due_ahead(&q, ahead, 4) == 3 && ahead[1] == &t[2] && ahead[2] == &t[0]);
+  for (int i = 0; i < 3; i++) {
+    timeout *popped = tq_pop_due(&q, limit);
+    CHECK(popped == ahead[i]);
+    if (popped) tq_finish(popped, popped->seq);
+  }
+  CHECK(tq_due_ahead(&q, ahead, 4) == 0);
+  tq_destroy(&q);
+}
+
 /* A poll that begins with nothing due gets limit 0 (the binding then makes
  * no drain); once something is due, a limit that hands it out. */
 static void test_poll_begin_zero_when_nothing_due(void) {
@@ -762,6 +787,7 @@ static const test_case tests[] = {
   {"select_pending", test_select_pending},
   {"step_manual", test_step_manual},
   {"late_percentiles", test_late_percentiles},
+  {"due_ahead_in_pop_order", test_due_ahead_in_pop_order},
   {"poll_begin_zero_when_nothing_due", test_poll_begin_zero_when_nothing_due},
   {"max_pending", test_max_pending},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
