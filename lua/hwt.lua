@@ -72,15 +72,17 @@ end
 -- the arguments), at slot s of the single anchors. The FFI take does the
 -- step of a poll that needs no Lua API; for the rest (a hand-off, a
 -- watcher, ...) it returns `classic`, having done nothing, and the classic
--- take does it, in run_batch. The slot of a timeout it let go (negated for
+-- take does it, in run_batch. Once every few takes its step asks for a
+-- read_ahead (see there, in src/lhwt.c). The slot of a timeout it let go (negated for
 -- a single anchor) is this loop's to clear; the next FFI take is told it
 -- was, and only then gives it back.
 local dispatch_batch = run_batch
 if internal.ffi_take then
   local ffi = require("ffi")
   local ffi_take = ffi.cast("int32_t (*)(void *, int32_t, int32_t *)", internal.ffi_take)
-  local layout, anchors_of = internal.ffi_layout, internal.ffi_anchors
+  local layout, anchors_of, read_ahead = internal.ffi_layout, internal.ffi_anchors, internal.read_ahead
   local CLASSIC, RELEASED, SHAPE = layout.classic, layout.released, layout.shape
+  local READ_AHEAD = layout.read_ahead
   local TASK, FIRST_ARG, SECOND_ARG = layout.task, layout.first_arg, layout.first_arg + 1
   local SELF, SINGLES = layout.self, layout.singles
   local step = ffi.new("int32_t[?]", layout.step_size)
@@ -102,6 +104,7 @@ if internal.ffi_take then
         cleared = released
       end
       if slot > 0 then
+        if step[READ_AHEAD] ~= 0 then read_ahead(drain) end
         local shape = step[SHAPE]
         if shape == 0 then anchors[2 * slot](anchors[2 * slot - 1])
         elseif shape == 1 then

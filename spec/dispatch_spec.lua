@@ -183,6 +183,40 @@ describe("the dispatch", function()
     assert.are.equal(0, #timer:timeouts())
   end)
 
+  -- A poll reads the anchors of the timeouts due next in batches, before
+  -- their takes: what it read may be cancelled, re-armed or let go first.
+  it("runs a long poll in order while its tasks cancel, re-arm and let go of the ones due next", function()
+    local timer = manual()
+    local n = 60
+    local ran, handles = {}, {}
+    local function record(t, id)
+      assert.are.equal(handles[id], t)
+      ran[#ran + 1] = id
+      if id % 5 == 0 and handles[id + 2] then handles[id + 2]:cancel() end
+      if id % 7 == 0 and handles[id + 3] then assert(handles[id + 3]:reset(1)) end
+      handles[id] = nil
+      collectgarbage()
+    end
+    local function task_of(id)
+      local shape = id % 4
+      if shape == 0 then return function(t) record(t, id) end end
+      if shape == 1 then return record, id end
+      if shape == 2 then return function(t, a, b) record(t, a + b) end, id - 1, 1 end
+      return { run = function(_, t, a, b, c) record(t, a + b + c) end }, id, 0, 0
+    end
+    for id = 1, n do handles[id] = timer:timeout(0.001, task_of(id)) end
+    local expected, skipped = {}, {}
+    for id = 1, n do
+      if not skipped[id] then
+        expected[#expected + 1] = id
+        if id % 5 == 0 then skipped[id + 2] = true end     -- cancelled
+        if id % 7 == 0 then skipped[id + 3] = true end     -- re-armed for later
+      end
+    end
+    assert.are.equal(#expected, timer:advance(0.001))
+    assert.are.same(expected, ran)
+  end)
+
   it("lets what ran or was cancelled be collected", function()
     local timer = manual()
     local n = 300

@@ -160,6 +160,13 @@ typedef struct lhwt_timeout {
 /* Allocators round a userdata up to 16 B: at 80 B it cost one such step more. */
 _Static_assert(sizeof(lhwt_timeout) <= 64, "a Timeout's C part fits in 64 B");
 
+/* How many timeouts a poll reads at once: its current one and those due
+ * after it. */
+#define READ_AHEAD 16
+/* A poll's first take reads nothing ahead: most polls of a server run one
+ * task, and reading ahead would cost each of them a lock round-trip. */
+#define FIRST_TAKES_ALONE 1
+
 /* A drain: one draining call's hold on the timeouts it runs (see the
  * dispatch section). */
 typedef struct drain {
@@ -727,7 +734,6 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
   compat_setuservalue(L, queue_idx, QUEUE_UV_IDLE_DRAIN);
   drain *d = lua_touserdata(L, -1);
   d->taken = 0;
-  d->ahead_left = 0;
   return d;
 }
 
@@ -741,6 +747,7 @@ static drain *begin_poll(lua_State *L, lhwt_timer *tm) {
   drain *d = idle_or_new_drain(L, -1);
   lua_remove(L, -2);
   d->seq_limit = seq_limit;
+  d->ahead_left = FIRST_TAKES_ALONE;
   return d;
 }
 
@@ -896,36 +903,66 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d, int anchors_idx) {
   return to;
 }
 
-/* How many due timeouts a poll reads at once, ahead of their takes. */
-#define READ_AHEAD 16
-
-/* Once every READ_AHEAD takes of a poll, reads the anchor entries and the
- * tasks of the next READ_AHEAD due timeouts, and prefetches the tasks. Each
- * of those lies anywhere in memory: read here, one after another, their
- * cache misses overlap, where each take would otherwise wait for its own
- * (bench/RESULTS.md, twenty-second round). Only a hint: what it reads may
- * change before the takes. anchors_idx: as in after_finish. */
-static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
-  if (d->ahead_left > 0) {
-    d->ahead_left--;
+/* Pushes the first value on the way from the anchor table at anchors_idx
+ * to the task of `to`: its Timeout, or on LuaJIT its task (see keep_call)
+ * or its user value table (see anchor_single); nil if it is not anchored. */
+static void push_anchor_entry(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
+  if (!to->anchor) {
+    lua_pushnil(L);
     return;
   }
-  timeout *ahead[READ_AHEAD];
-  unsigned n = tq_due_ahead(&d->tm->queue, ahead, READ_AHEAD);
-  if (n == 0 || !lua_checkstack(L, (int)n + 2)) return;
-  d->ahead_left = n - 1;
-  int base = lua_gettop(L);
-  for (unsigned i = 0; i < n; i++) {
-    const lhwt_timeout *to = (const lhwt_timeout *)ahead[i];
-    if (to->anchor) push_anchored_in(L, anchors_idx, to); else lua_pushnil(L);
+#if COMPAT_FFI
+  if (anchor_kind(to) == ANCHOR_SINGLE) {
+    lua_rawgeti(L, push_singles(L, anchors_idx), (int)to->anchor);
+    lua_remove(L, -2);
+    return;
   }
-  for (int idx = base + 1; idx <= base + (int)n; idx++) {
-    if (lua_type(L, idx) != LUA_TUSERDATA) continue;
-    int uvs = compat_uservalues_open(L, idx);
-    compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
+  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor) + 1);
+#else
+  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
+#endif
+}
+
+/* Pushes the task of `to` from what push_anchor_entry pushed, at entry_idx. */
+static void push_task_from_entry(lua_State *L, int entry_idx, const lhwt_timeout *to) {
+#if COMPAT_FFI
+  if (anchor_kind(to) == ANCHOR_MAIN) lua_pushvalue(L, entry_idx);
+  else lua_rawgeti(L, entry_idx, TIMEOUT_UV_TASK);
+#else
+  (void)to;
+  int uvs = compat_uservalues_open(L, entry_idx);
+  compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
+  compat_uservalues_close(L, uvs);
+#endif
+}
+
+/* Whether the poll's current timeout is the first of a new read_ahead. */
+static bool read_ahead_due(drain *d) {
+  if (d->ahead_left == 0) return true;
+  d->ahead_left--;
+  return false;
+}
+
+/* Reads the anchor entries and the tasks of the drain's current timeout and
+ * of the next READ_AHEAD - 1 due ones, and prefetches the tasks. Each lies
+ * anywhere in memory: read here, one after another, their cache misses
+ * overlap, where each take would otherwise wait for its own (bench/RESULTS.md,
+ * twenty-second round). Only a hint: the due ones may change before their
+ * takes. anchors_idx: as in after_finish. */
+static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
+  timeout *ahead[READ_AHEAD];
+  ahead[0] = &d->current->node;
+  unsigned n = 1 + tq_due_ahead(&d->tm->queue, ahead + 1, READ_AHEAD - 1);
+  d->ahead_left = n - 1;
+  if (!lua_checkstack(L, (int)n + 1)) return;
+  int base = lua_gettop(L);
+  for (unsigned i = 0; i < n; i++) push_anchor_entry(L, anchors_idx, (const lhwt_timeout *)ahead[i]);
+  for (unsigned i = 0; i < n; i++) {
+    int entry_idx = base + 1 + (int)i;
+    if (lua_isnil(L, entry_idx)) continue;
+    push_task_from_entry(L, entry_idx, (const lhwt_timeout *)ahead[i]);
     __builtin_prefetch(lua_topointer(L, -1));
     lua_pop(L, 1);
-    compat_uservalues_close(L, uvs);
   }
   lua_settop(L, base);
 }
@@ -943,8 +980,8 @@ static lhwt_timeout *take_next(lua_State *L, drain *d, int anchors_idx) {
     drop_handed(L);
     if (to) make_current(d, to);
   } else if (d->seq_limit) {
-    read_ahead(L, d, anchors_idx);
     to = step_poll(L, d, anchors_idx);        /* makes it current */
+    if (to && read_ahead_due(d)) read_ahead(L, d, anchors_idx);
   } else {
     finish_current(L, d);
   }
@@ -982,7 +1019,7 @@ static int internal_take(lua_State *L) {
  * step[FFI_RELEASED], negated for a single anchor), 0 when none is due,
  * FFI_TAKE_CLASSIC to call the classic take. */
 #define FFI_TAKE_CLASSIC (-1)
-enum { FFI_RELEASED, FFI_SHAPE, FFI_STEP_SIZE };
+enum { FFI_RELEASED, FFI_SHAPE, FFI_READ_AHEAD, FFI_STEP_SIZE };
 
 static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
   lhwt_timer *tm = d->tm;
@@ -1009,10 +1046,21 @@ static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
   if (!to) return 0;
   make_current(d, to);
   step[FFI_SHAPE] = call_shape(to);
+  step[FFI_READ_AHEAD] = read_ahead_due(d);
   return (int32_t)to->anchor;
 }
 
 static void probe_task_call(lua_State *L);
+
+/* internal.read_ahead(drain): read_ahead, for the FFI take's loop when its
+ * step says so. */
+static int internal_read_ahead(lua_State *L) {
+  drain *d = check_drain(L, 1);
+  if (!d->current) return 0;
+  compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
+  read_ahead(L, d, lua_gettop(L));
+  return 0;
+}
 
 /* internal.ffi_anchors(drain) -> its anchor table, for the FFI take's loop
  * (which passes the drain itself: the FFI converts a userdata to its address
@@ -1037,6 +1085,7 @@ static void set_ffi_take(lua_State *L) {
   lua_setfield(L, -2, "classic");
   set_integer_field(L, "released", FFI_RELEASED);
   set_integer_field(L, "shape", FFI_SHAPE);
+  set_integer_field(L, "read_ahead", FFI_READ_AHEAD);
   set_integer_field(L, "step_size", FFI_STEP_SIZE);
   set_integer_field(L, "task", TIMEOUT_UV_TASK);
   set_integer_field(L, "first_arg", TIMEOUT_UV_ARGS);
@@ -1994,7 +2043,7 @@ static const luaL_Reg internal_functions[] = {
   {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to},
   {"clock_state", internal_clock_state},
 #if COMPAT_FFI
-  {"ffi_anchors", internal_ffi_anchors},
+  {"ffi_anchors", internal_ffi_anchors}, {"read_ahead", internal_read_ahead},
 #endif
 #if COMPAT_CALLK
   {"run_batch", internal_run_batch}, {"poll", internal_poll},
