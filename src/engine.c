@@ -866,11 +866,12 @@ timeout *tq_hand_due(timer_queue *q, uint64_t seq_limit) {
   return t;
 }
 
-unsigned tq_due_ahead(timer_queue *q, timeout **ahead, unsigned most) {
+unsigned tq_due_ahead(timer_queue *q, timeout **ahead, unsigned most, uint64_t max_due) {
   engine *eng = lock_engine(q);
   if (!eng) return 0;
   unsigned n = 0;
-  for (wheel_node *at = q->due.head; at && n < most; at = at->next) ahead[n++] = timeout_of(at);
+  if (q->stats.due <= max_due)
+    for (wheel_node *at = q->due.head; at && n < most; at = at->next) ahead[n++] = timeout_of(at);
   pthread_mutex_unlock(&eng->lock);
   return n;
 }

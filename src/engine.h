@@ -185,10 +185,12 @@ bool tq_start(timeout *t, uint64_t seq);
 void tq_unhand(timeout *t, uint64_t seq);
 
 /* Up to `most` of q's due timeouts, in the order polls will take them, into
- * ahead[]; returns how many. Only for reading ahead: each may be taken,
- * cancelled or re-armed as soon as this returns, and its memory stays valid
- * only while its owner keeps it. */
-unsigned tq_due_ahead(timer_queue *q, timeout **ahead, unsigned most);
+ * ahead[]; returns how many: none when more than max_due are due (the walk
+ * reads one timeout after another, and those of a long due list have left
+ * the cache). Only for reading ahead: each may be taken, cancelled or
+ * re-armed as soon as this returns, and its memory stays valid only while
+ * its owner keeps it. */
+unsigned tq_due_ahead(timer_queue *q, timeout **ahead, unsigned most, uint64_t max_due);
 
 /* Nanoseconds from now until a poll would run something of q: 0 when a
  * timeout is due; otherwise until the earliest armed one falls due (its

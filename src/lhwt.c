@@ -166,6 +166,11 @@ _Static_assert(sizeof(lhwt_timeout) <= 64, "a Timeout's C part fits in 64 B");
 /* A poll's first take reads nothing ahead: most polls of a server run one
  * task, and reading ahead would cost each of them a lock round-trip. */
 #define FIRST_TAKES_ALONE 1
+/* Nor does a poll while more are due than the cache holds (1024 timeouts
+ * are 64 KiB of nodes, and as much again in the Lua objects read): then the
+ * engine's walk of the due list would wait for each node in turn, where a
+ * take's prefetch lets the miss overlap the task before. */
+#define READ_AHEAD_DUE_MAX 1024
 
 /* A drain: one draining call's hold on the timeouts it runs (see the
  * dispatch section). */
@@ -952,9 +957,9 @@ static bool read_ahead_due(drain *d) {
 static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
   timeout *ahead[READ_AHEAD];
   ahead[0] = &d->current->node;
-  unsigned n = 1 + tq_due_ahead(&d->tm->queue, ahead + 1, READ_AHEAD - 1);
-  d->ahead_left = n - 1;
-  if (!lua_checkstack(L, (int)n + 1)) return;
+  unsigned n = 1 + tq_due_ahead(&d->tm->queue, ahead + 1, READ_AHEAD - 1, READ_AHEAD_DUE_MAX);
+  d->ahead_left = READ_AHEAD - 1;
+  if (n == 1 || !lua_checkstack(L, (int)n + 1)) return;
   int base = lua_gettop(L);
   for (unsigned i = 0; i < n; i++) push_anchor_entry(L, anchors_idx, (const lhwt_timeout *)ahead[i]);
   for (unsigned i = 0; i < n; i++) {

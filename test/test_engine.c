@@ -150,7 +150,8 @@ static void test_hand_off_and_next_due(void) {
 }
 
 /* tq_due_ahead lists the due timeouts in the order the pops take them, at
- * most `most`, and follows a cancel; nothing before anything is due. */
+ * most `most`, and follows a cancel; nothing before anything is due, nor
+ * when more than max_due are. */
 static void test_due_ahead_in_pop_order(void) {
   timer_queue q;
   engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
@@ -158,19 +159,20 @@ static void test_due_ahead_in_pop_order(void) {
   memset(t, 0, sizeof t);
   const uint64_t delays[4] = {30 * MS, 10 * MS, 20 * MS, 10 * MS};
   for (int i = 0; i < 4; i++) CHECK(tq_schedule(&q, &t[i], delays[i], 0) == TQ_OK);
-  CHECK(tq_due_ahead(&q, ahead, 4) == 0);                  /* none due yet */
+  CHECK(tq_due_ahead(&q, ahead, 4, 4) == 0);               /* none due yet */
   engine_advance_manual(eng, 30 * MS);
   uint64_t limit = tq_poll_begin(&q);
-  CHECK(tq_due_ahead(&q, ahead, 3) == 3);
+  CHECK(tq_due_ahead(&q, ahead, 4, 3) == 0);               /* 4 due */
+  CHECK(tq_due_ahead(&q, ahead, 3, 4) == 3);
   CHECK(ahead[0] == &t[1] && ahead[1] == &t[3] && ahead[2] == &t[2]);
   CHECK(tq_cancel(&t[3]));
-  CHECK(tq_due_ahead(&q, ahead, 4) == 3 && ahead[1] == &t[2] && ahead[2] == &t[0]);
+  CHECK(tq_due_ahead(&q, ahead, 4, 3) == 3 && ahead[1] == &t[2] && ahead[2] == &t[0]);
   for (int i = 0; i < 3; i++) {
     timeout *popped = tq_pop_due(&q, limit);
     CHECK(popped == ahead[i]);
     if (popped) tq_finish(popped, popped->seq);
   }
-  CHECK(tq_due_ahead(&q, ahead, 4) == 0);
+  CHECK(tq_due_ahead(&q, ahead, 4, 4) == 0);
   tq_destroy(&q);
 }
 
