@@ -73,9 +73,9 @@ end
 -- step of a poll that needs no Lua API; for the rest (a hand-off, a
 -- watcher, ...) it returns `classic`, having done nothing, and the classic
 -- take does it, in run_batch. Once every few takes its step asks for a
--- read_ahead (see there, in src/lhwt.c). The slot of a timeout it let go (negated for
--- a single anchor) is this loop's to clear; the next FFI take is told it
--- was, and only then gives it back.
+-- read_ahead (see there, in src/lhwt.c). The slot of a timeout it let go
+-- (negated for a single anchor) is this loop's to clear; the next FFI take
+-- is told it was, and only then gives it back.
 local dispatch_batch = run_batch
 if internal.ffi_take then
   local ffi = require("ffi")

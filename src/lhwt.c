@@ -955,11 +955,13 @@ static bool read_ahead_due(drain *d) {
  * twenty-second round). Only a hint: the due ones may change before their
  * takes. anchors_idx: as in after_finish. */
 static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
+  d->ahead_left = READ_AHEAD - 1;
+  /* The room first: nothing between the walk and the reads may allocate. */
+  if (!lua_checkstack(L, READ_AHEAD + 2)) return;
   timeout *ahead[READ_AHEAD];
   ahead[0] = &d->current->node;
   unsigned n = 1 + tq_due_ahead(&d->tm->queue, ahead + 1, READ_AHEAD - 1, READ_AHEAD_DUE_MAX);
-  d->ahead_left = READ_AHEAD - 1;
-  if (n == 1 || !lua_checkstack(L, (int)n + 1)) return;
+  if (n == 1) return;
   int base = lua_gettop(L);
   for (unsigned i = 0; i < n; i++) push_anchor_entry(L, anchors_idx, (const lhwt_timeout *)ahead[i]);
   for (unsigned i = 0; i < n; i++) {
