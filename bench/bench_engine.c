@@ -31,7 +31,9 @@
  *                    (ref_schedule_wheel: the wheel's share, without the
  *                    engine's bookkeeping), a cache miss, a random node
  *                    changed alone and under a lock, a random node
- *                    unlinked from a list in random order under a lock,
+ *                    unlinked from a list in random order under a lock
+ *                    (and the same with the lock found through the node,
+ *                    ref_unlink_locked_via_node, as tq_cancel finds it),
  *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
  *                    order, prefetched as it does), the wheel's share of an
@@ -405,6 +407,29 @@ static void reference_random_unlink(bench *b) {
   if (list.head) fail("the reference list is not empty");
 }
 
+/* The same, with the lock found through the node, as tq_cancel(t) finds its
+ * queue's (t->owner): the lock then waits for the node's miss. The lock's
+ * index is read from the node (always 0, which the compiler cannot know). */
+static void reference_unlink_locked_via_node(bench *b) {
+  wheel_list list = {0};
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[b->order[b->order[i]]];
+    t->periodic = false;
+    wheel_list_push_back(&list, &t->link);
+  }
+  pthread_mutex_t locks[1] = {PTHREAD_MUTEX_INITIALIZER};
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[b->order[i]];
+    pthread_mutex_t *m = &locks[t->periodic];
+    pthread_mutex_lock(m);
+    wheel_list_remove(&list, &t->link);
+    pthread_mutex_unlock(m);
+  }
+  result("ref_unlink_locked_via_node", (double)(now_ns() - start) / (double)b->n);
+  if (list.head) fail("the reference list is not empty");
+}
+
 /* Random loads whose addresses are all known in advance (next[] holds a
  * permutation): the CPU overlaps the misses, as it can for a batch of
  * independent nodes, but not along a list. */
@@ -537,6 +562,7 @@ int main(int argc, char **argv) {
     bench_wake_cpu(&b);
     reference_random_touch(&b);
     reference_random_unlink(&b);
+    reference_unlink_locked_via_node(&b);
     reference_expire_memory(&b);
     reference_expire_wheel(&b);
     reference_miss_latency(b.n * sizeof(timeout));
