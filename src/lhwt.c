@@ -935,9 +935,7 @@ static void push_task_from_entry(lua_State *L, int entry_idx, const lhwt_timeout
   else lua_rawgeti(L, entry_idx, TIMEOUT_UV_TASK);
 #else
   (void)to;
-  int uvs = compat_uservalues_open(L, entry_idx);
-  compat_uv_get(L, uvs, TIMEOUT_UV_TASK);
-  compat_uservalues_close(L, uvs);
+  compat_getuservalue(L, entry_idx, TIMEOUT_UV_TASK);
 #endif
 }
 
