@@ -34,6 +34,11 @@
  *                    unlinked from a list in random order under a lock
  *                    (and the same with the lock found through the node,
  *                    ref_unlink_locked_via_node, as tq_cancel finds it),
+ *                    the wheel's share of a cancel (ref_cancel_wheel:
+ *                    cancel's draw removed from src/wheel.c under a lock
+ *                    found through the node, its state set; and
+ *                    ref_cancel_wheel_counted, with the three counts the
+ *                    engine keeps: each is one more store),
  *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
  *                    order, prefetched as it does), the wheel's share of an
@@ -430,6 +435,45 @@ static void reference_unlink_locked_via_node(bench *b) {
   if (list.head) fail("the reference list is not empty");
 }
 
+/* The wheel's whole share of a cancel in random order: cancel's draw in a
+ * bare src/wheel.c, each timeout removed under a lock found through the node
+ * (as tq_cancel finds its queue's) and marked cancelled; with `counted`, the
+ * engine's three counts too (pending, cancelled, armed), kept on a struct
+ * the loop has in the cache. Per cancel. */
+static void reference_cancel_wheel(bench *b, bool counted) {
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  wheel w;
+  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[i];
+    t->deadline_ns = b->delays[i];
+    t->periodic = false;
+    if (!wheel_insert(&w, &t->link, due_tick(t->deadline_ns))) fail("wheel_insert refused");
+  }
+  pthread_mutex_t locks[1] = {PTHREAD_MUTEX_INITIALIZER};
+  struct { uint64_t pending, cancelled, armed; } counts = {b->n, 0, b->n};
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[b->order[i]];
+    pthread_mutex_t *m = &locks[t->periodic];
+    pthread_mutex_lock(m);
+    if (counted) {
+      counts.pending--;
+      counts.cancelled++;
+      counts.armed--;
+    }
+    t->state = TIMEOUT_CANCELLED;
+    wheel_remove(&w, &t->link);
+    pthread_mutex_unlock(m);
+  }
+  result(counted ? "ref_cancel_wheel_counted" : "ref_cancel_wheel",
+         (double)(now_ns() - start) / (double)b->n);
+  volatile uint64_t keep = counts.pending + counts.cancelled + counts.armed;
+  (void)keep;
+  if (w.count) fail("the reference wheel is not empty");
+  wheel_free(&w);
+}
+
 /* Random loads whose addresses are all known in advance (next[] holds a
  * permutation): the CPU overlaps the misses, as it can for a batch of
  * independent nodes, but not along a list. */
@@ -563,6 +607,8 @@ int main(int argc, char **argv) {
     reference_random_touch(&b);
     reference_random_unlink(&b);
     reference_unlink_locked_via_node(&b);
+    reference_cancel_wheel(&b, false);
+    reference_cancel_wheel(&b, true);
     reference_expire_memory(&b);
     reference_expire_wheel(&b);
     reference_miss_latency(b.n * sizeof(timeout));
