@@ -38,7 +38,10 @@
  *                    cancel's draw removed from src/wheel.c under a lock
  *                    found through the node, its state set; and
  *                    ref_cancel_wheel_counted, with the three counts the
- *                    engine keeps: each is one more store),
+ *                    engine keeps: each is one more store), the same
+ *                    with slots that are arrays, the issue's other design
+ *                    for a cancel that does not touch the neighbours
+ *                    (ref_cancel_slot_array),
  *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
  *                    order, prefetched as it does), the wheel's share of an
@@ -474,6 +477,67 @@ static void reference_cancel_wheel(bench *b, bool counted) {
   wheel_free(&w);
 }
 
+/* A slot's index among all the wheel's slots, level 0's first. */
+static size_t flat_slot(const wheel_node *n) {
+  return n->level == 0 ? n->slot
+                       : WHEEL_SLOTS + ((size_t)(n->level - 1) << WHEEL_LEVEL_BITS) + n->slot;
+}
+
+/* ref_cancel_wheel_counted with slots that are arrays of pointers: the
+ * issue's other design for a cancel that leaves the neighbours alone. The
+ * draw is placed in the slots src/wheel.c gives it, each slot's pointers
+ * together in one array, a node keeping its place in its `next` field (free
+ * while a node is in no list). A cancel clears its pointer and counts the
+ * slot's live nodes. Per cancel. */
+static void reference_cancel_slot_array(bench *b) {
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  wheel w;
+  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
+  size_t slots = WHEEL_SLOTS + ((size_t)WHEEL_LEVELS_MAX << WHEEL_LEVEL_BITS);
+  size_t *slot_start = calloc(slots + 1, sizeof *slot_start);
+  uint32_t *live = calloc(slots, sizeof *live);
+  timeout **at = malloc(b->n * sizeof *at);
+  if (!slot_start || !live || !at) fail("out of memory");
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[i];
+    t->deadline_ns = b->delays[i];
+    t->periodic = false;
+    if (!wheel_insert(&w, &t->link, due_tick(t->deadline_ns))) fail("wheel_insert refused");
+    slot_start[flat_slot(&t->link) + 1]++;
+  }
+  wheel_free(&w);                                   /* the nodes keep slot and level */
+  for (size_t s = 0; s < slots; s++) slot_start[s + 1] += slot_start[s];
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[i];
+    size_t s = flat_slot(&t->link), place = slot_start[s] + live[s]++;
+    at[place] = t;
+    t->link.next = (wheel_node *)(uintptr_t)place;
+  }
+  pthread_mutex_t locks[1] = {PTHREAD_MUTEX_INITIALIZER};
+  struct { uint64_t pending, cancelled, armed; } counts = {b->n, 0, b->n};
+  uint64_t start = now_ns();
+  for (size_t i = 0; i < b->n; i++) {
+    timeout *t = &b->timeouts[b->order[i]];
+    pthread_mutex_t *m = &locks[t->periodic];
+    pthread_mutex_lock(m);
+    counts.pending--;
+    counts.cancelled++;
+    counts.armed--;
+    t->state = TIMEOUT_CANCELLED;
+    at[(uintptr_t)t->link.next] = NULL;
+    live[flat_slot(&t->link)]--;
+    pthread_mutex_unlock(m);
+  }
+  result("ref_cancel_slot_array", (double)(now_ns() - start) / (double)b->n);
+  volatile uint64_t keep = counts.pending + counts.cancelled + counts.armed;
+  (void)keep;
+  for (size_t s = 0; s < slots; s++)
+    if (live[s]) fail("the reference slots are not empty");
+  free(at);
+  free(live);
+  free(slot_start);
+}
+
 /* Random loads whose addresses are all known in advance (next[] holds a
  * permutation): the CPU overlaps the misses, as it can for a batch of
  * independent nodes, but not along a list. */
@@ -609,6 +673,7 @@ int main(int argc, char **argv) {
     reference_unlink_locked_via_node(&b);
     reference_cancel_wheel(&b, false);
     reference_cancel_wheel(&b, true);
+    reference_cancel_slot_array(&b);
     reference_expire_memory(&b);
     reference_expire_wheel(&b);
     reference_miss_latency(b.n * sizeof(timeout));

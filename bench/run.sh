@@ -353,8 +353,10 @@ END {
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
     printf("  unlinked from a list in random order, under a lock (the floor of an unlink at once) %s ns;\n",
       cell("engine", "ref_locked_unlink_random", "ns_per_op"))
-    printf("  removed from the wheel alone, under a lock found through the node (no counts) %s ns, with the counts %s ns\n",
+    printf("  removed from the wheel alone, under a lock found through the node (no counts) %s ns, with the counts %s ns,\n",
       cell("engine", "ref_cancel_wheel", "ns_per_op"), cell("engine", "ref_cancel_wheel_counted", "ns_per_op"))
+    printf("  the same from slots that are arrays (no neighbours touched) %s ns\n",
+      cell("engine", "ref_cancel_slot_array", "ns_per_op"))
     printf("  the nodes an expiry touches, in the order the wheel walks them, prefetched (its memory floor) %s ns;\n",
       cell("engine", "ref_expire_memory", "ns_per_op"))
     printf("  the wheel alone, advanced into a due list, each node taken under a lock (no sort, counts or lateness) %s ns\n",
