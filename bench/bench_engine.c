@@ -438,41 +438,54 @@ static void reference_unlink_locked_via_node(bench *b) {
   if (list.head) fail("the reference list is not empty");
 }
 
-/* The wheel's whole share of a cancel in random order: cancel's draw in a
- * bare src/wheel.c, each timeout removed under a lock found through the node
- * (as tq_cancel finds its queue's) and marked cancelled; with `counted`, the
- * engine's three counts too (pending, cancelled, armed), kept on a struct
- * the loop has in the cache. Per cancel. */
-static void reference_cancel_wheel(bench *b, bool counted) {
+/* The references' cancel draw in a bare src/wheel.c, each node's lock index
+ * (periodic, always false) set for a lock found through the node. */
+static void place_cancel_draw(bench *b, wheel *w) {
   draw_delays(b, 1 * SEC, 60 * SEC);
-  wheel w;
-  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
+  if (wheel_init(w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[i];
     t->deadline_ns = b->delays[i];
     t->periodic = false;
-    if (!wheel_insert(&w, &t->link, due_tick(t->deadline_ns))) fail("wheel_insert refused");
+    if (!wheel_insert(w, &t->link, due_tick(t->deadline_ns))) fail("wheel_insert refused");
   }
+}
+
+/* The engine's three counts, on a struct the loop has in the cache. Volatile
+ * so that each count is stored, as the engine's are before its unlock:
+ * otherwise the compiler keeps them in registers, and folds the two equal
+ * ones into one. */
+typedef struct cancel_counts {
+  uint64_t pending, cancelled, armed;
+} cancel_counts;
+
+static void count_cancel(volatile cancel_counts *counts) {
+  counts->pending--;
+  counts->cancelled++;
+  counts->armed--;
+}
+
+/* The wheel's whole share of a cancel in random order: cancel's draw in a
+ * bare src/wheel.c, each timeout removed under a lock found through the node
+ * (as tq_cancel finds its queue's) and marked cancelled; with `counted`, the
+ * engine's three counts too. Per cancel. */
+static void reference_cancel_wheel(bench *b, bool counted) {
+  wheel w;
+  place_cancel_draw(b, &w);
   pthread_mutex_t locks[1] = {PTHREAD_MUTEX_INITIALIZER};
-  struct { uint64_t pending, cancelled, armed; } counts = {b->n, 0, b->n};
+  volatile cancel_counts counts = {b->n, 0, b->n};
   uint64_t start = now_ns();
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[b->order[i]];
     pthread_mutex_t *m = &locks[t->periodic];
     pthread_mutex_lock(m);
-    if (counted) {
-      counts.pending--;
-      counts.cancelled++;
-      counts.armed--;
-    }
+    if (counted) count_cancel(&counts);
     t->state = TIMEOUT_CANCELLED;
     wheel_remove(&w, &t->link);
     pthread_mutex_unlock(m);
   }
   result(counted ? "ref_cancel_wheel_counted" : "ref_cancel_wheel",
          (double)(now_ns() - start) / (double)b->n);
-  volatile uint64_t keep = counts.pending + counts.cancelled + counts.armed;
-  (void)keep;
   if (w.count) fail("the reference wheel is not empty");
   wheel_free(&w);
 }
@@ -490,22 +503,15 @@ static size_t flat_slot(const wheel_node *n) {
  * while a node is in no list). A cancel clears its pointer and counts the
  * slot's live nodes. Per cancel. */
 static void reference_cancel_slot_array(bench *b) {
-  draw_delays(b, 1 * SEC, 60 * SEC);
   wheel w;
-  if (wheel_init(&w, WHEEL_SLOTS, node_tick, NULL)) fail("wheel_init failed");
+  place_cancel_draw(b, &w);
+  wheel_free(&w);                                   /* the nodes keep slot and level */
   size_t slots = WHEEL_SLOTS + ((size_t)WHEEL_LEVELS_MAX << WHEEL_LEVEL_BITS);
   size_t *slot_start = calloc(slots + 1, sizeof *slot_start);
   uint32_t *live = calloc(slots, sizeof *live);
   timeout **at = malloc(b->n * sizeof *at);
   if (!slot_start || !live || !at) fail("out of memory");
-  for (size_t i = 0; i < b->n; i++) {
-    timeout *t = &b->timeouts[i];
-    t->deadline_ns = b->delays[i];
-    t->periodic = false;
-    if (!wheel_insert(&w, &t->link, due_tick(t->deadline_ns))) fail("wheel_insert refused");
-    slot_start[flat_slot(&t->link) + 1]++;
-  }
-  wheel_free(&w);                                   /* the nodes keep slot and level */
+  for (size_t i = 0; i < b->n; i++) slot_start[flat_slot(&b->timeouts[i].link) + 1]++;
   for (size_t s = 0; s < slots; s++) slot_start[s + 1] += slot_start[s];
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[i];
@@ -514,23 +520,19 @@ static void reference_cancel_slot_array(bench *b) {
     t->link.next = (wheel_node *)(uintptr_t)place;
   }
   pthread_mutex_t locks[1] = {PTHREAD_MUTEX_INITIALIZER};
-  struct { uint64_t pending, cancelled, armed; } counts = {b->n, 0, b->n};
+  volatile cancel_counts counts = {b->n, 0, b->n};
   uint64_t start = now_ns();
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[b->order[i]];
     pthread_mutex_t *m = &locks[t->periodic];
     pthread_mutex_lock(m);
-    counts.pending--;
-    counts.cancelled++;
-    counts.armed--;
+    count_cancel(&counts);
     t->state = TIMEOUT_CANCELLED;
     at[(uintptr_t)t->link.next] = NULL;
     live[flat_slot(&t->link)]--;
     pthread_mutex_unlock(m);
   }
   result("ref_cancel_slot_array", (double)(now_ns() - start) / (double)b->n);
-  volatile uint64_t keep = counts.pending + counts.cancelled + counts.armed;
-  (void)keep;
   for (size_t s = 0; s < slots; s++)
     if (live[s]) fail("the reference slots are not empty");
   free(at);
