@@ -82,6 +82,51 @@ static void test_manual_order_and_boundaries(void) {
   tq_destroy(&q);
 }
 
+/* Cancels one timeout and checks what it leaves: cancelled, one fewer
+ * pending, counted once, and a second cancel refused. */
+static void check_cancelled(timer_queue *q, timeout *t) {
+  tq_stats before, after;
+  tq_get_stats(q, &before);
+  CHECK(tq_cancel(t) && t->state == TIMEOUT_CANCELLED && !tq_cancel(t));
+  tq_get_stats(q, &after);
+  CHECK(after.pending == before.pending - 1 && after.cancelled == before.cancelled + 1);
+}
+
+/* tq_cancel from every place a timeout can be: the wheel, the manual clock's
+ * held list, never firing, due, handed, and a periodic one whose task runs;
+ * refused for a one-shot whose task runs, one that ran, and once stopped. */
+static void test_cancel_from_everywhere(void) {
+  timer_queue q;
+  engine *eng = open_queue(&q, 10 * MS, 8, true, 0);
+  timeout in_wheel = {0}, held = {0}, never = {0}, handed = {0}, due = {0};
+  engine_advance_manual(eng, 5 * MS);              /* mid-tick: a deadline later in it is held */
+  CHECK(tq_schedule(&q, &in_wheel, 100 * MS, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &held, 3 * MS, 0) == TQ_OK && held.state == TIMEOUT_PENDING);
+  CHECK(tq_schedule(&q, &never, ENGINE_NEVER, 0) == TQ_OK);
+  CHECK(tq_schedule(&q, &handed, 0, 0) == TQ_OK && tq_schedule(&q, &due, 0, 0) == TQ_OK);
+  CHECK(tq_hand_due(&q, tq_poll_begin(&q)) == &handed && due.state == TIMEOUT_DUE);
+  CHECK(tq_pending(&q) == 5);
+  timeout *const each[] = {&in_wheel, &held, &never, &due, &handed};
+  for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) check_cancelled(&q, each[i]);
+  CHECK(!tq_start(&handed, handed.seq) && tq_pending(&q) == 0);
+  engine_advance_manual(eng, 200 * MS);
+  CHECK(tq_pop_due(&q, tq_poll_begin(&q)) == NULL);             /* none of them fires */
+
+  timeout beat = {0}, once = {0}, later = {0};
+  CHECK(tq_schedule(&q, &beat, 0, 10 * MS) == TQ_OK && tq_schedule(&q, &once, 0, 0) == TQ_OK);
+  uint64_t seq_limit = tq_poll_begin(&q);
+  CHECK(tq_pop_due(&q, seq_limit) == &beat);
+  check_cancelled(&q, &beat);                                    /* while its task runs */
+  CHECK(!tq_finish(&beat, beat.seq));                            /* and not re-armed */
+  CHECK(tq_pop_due(&q, seq_limit) == &once && !tq_cancel(&once));
+  CHECK(!tq_finish(&once, once.seq) && !tq_cancel(&once) && tq_pending(&q) == 0);
+  CHECK(tq_schedule(&q, &later, 100 * MS, 0) == TQ_OK);
+  wheel_list ended = {0};
+  tq_stop(&q, NULL, 0, &ended);
+  CHECK(!tq_cancel(&later) && later.state == TIMEOUT_CANCELLED);
+  tq_destroy(&q);
+}
+
 static void test_manual_cancel_due_and_stop(void) {
   timer_queue q;
   engine *eng = open_queue(&q, TICK_1MS, 512, true, 0);
@@ -782,6 +827,7 @@ typedef struct test_case {
 static const test_case tests[] = {
   {"manual_order_and_boundaries", test_manual_order_and_boundaries},
   {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
+  {"cancel_from_everywhere", test_cancel_from_everywhere},
   {"hand_off_and_next_due", test_hand_off_and_next_due},
   {"reset", test_reset},
   {"finish_and_pop", test_finish_and_pop},
