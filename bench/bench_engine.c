@@ -12,9 +12,11 @@
  * not charged to the engine; their cost is printed as an INFO line):
  *
  *   schedule         tq_schedule, delays uniform in [1 s, 60 s], tick 1 ms,
- *                    wheel 512, real clock (engine_new(..., false): the
- *                    worker thread runs, as for users)
- *   cancel           tq_cancel of all of them, in random order
+ *                    wheel 512, real clock (engine_new(..., false); no fd
+ *                    is watched, so no worker thread runs)
+ *   cancel           tq_cancel of all of them, in random order (INFO: a
+ *                    second draw scheduled on the same wheel, whose hint
+ *                    records have grown already)
  *   schedule_manual  the same schedule on a manual-clock engine
  *   expire           manual clock, delays uniform in [0, 1 s]: then
  *                    engine_advance_manual in 1 ms steps, each followed by
@@ -277,13 +279,18 @@ static void bench_wake_cpu(bench *b) {
 }
 
 /* 1) schedule + cancel on the real clock. No fd is watched, so no worker
- * thread runs, as in a process that drives its timer with wait() and poll(). */
+ * thread runs, as in a process that drives its timer with wait() and poll().
+ * Then a second draw scheduled on the same wheel (INFO): the wheel's hint
+ * records have grown already, as in a process that has run a while, so
+ * their fresh pages are not faulted in again. */
 static void bench_real_clock(bench *b) {
   timer_queue q;
   new_engine(false, &q);
   draw_delays(b, 1 * SEC, 60 * SEC);
   result("schedule", time_schedule(b, &q));
   result("cancel", time_cancel(b, &q, true));
+  draw_delays(b, 1 * SEC, 60 * SEC);
+  info("schedule_again", time_schedule(b, &q));
   tq_destroy(&q);
 }
 
