@@ -778,8 +778,9 @@ static void note_cancelled_locked(timer_queue *q, timeout *t) {
   t->state = TIMEOUT_CANCELLED;
 }
 
-/* A cancel of a timeout anywhere but in the wheel: due, handed, held, never
- * firing, or a periodic one whose task runs. It unlocks the engine that
+/* A cancel of a timeout anywhere but in the wheel (due, handed, held, never
+ * firing, a periodic one whose task runs), or of one that ran already or
+ * whose queue stopped, which it refuses. It unlocks the engine that
  * tq_cancel locked: out of line and last, it leaves tq_cancel's case of the
  * wheel no register to save for it. */
 __attribute__((noinline)) static bool cancel_elsewhere_and_unlock(timeout *t) {
