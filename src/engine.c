@@ -367,11 +367,17 @@ static bool still_held_locked(const timeout *t) {
          (t->state == TIMEOUT_RUNNING && t->periodic);
 }
 
+/* Pending in the wheel itself, not held or never firing. */
+static bool in_wheel_locked(const timeout *t) {
+  return t->state == TIMEOUT_PENDING && t->link.level < NEVER_LEVEL;
+}
+
 static void disarm_locked(engine *eng, timeout *t) {
   if (t->state == TIMEOUT_DUE) unlink_due_locked(t);
-  else if (t->state != TIMEOUT_PENDING || t->link.level == NEVER_LEVEL) return;
-  else if (t->link.level == HELD_LEVEL) wheel_list_remove(&eng->held, &t->link);
-  else wheel_remove(&eng->wheel, &t->link);
+  else if (in_wheel_locked(t)) wheel_remove(&eng->wheel, &t->link);
+  else if (t->state == TIMEOUT_PENDING && t->link.level == HELD_LEVEL)
+    wheel_list_remove(&eng->held, &t->link);
+  else return;
   t->owner->armed--;
 }
 
@@ -804,8 +810,7 @@ bool tq_cancel(timeout *t) {
   if (!eng) return false;
   pthread_mutex_lock(&eng->lock);
   timer_queue *q = t->owner;
-  if (t->state != TIMEOUT_PENDING || t->link.level >= NEVER_LEVEL || q->stopped)
-    return cancel_elsewhere_and_unlock(t);
+  if (!in_wheel_locked(t) || q->stopped) return cancel_elsewhere_and_unlock(t);
   q->armed--;
   note_cancelled_locked(q, t);
   wheel_remove(&q->eng->wheel, &t->link);
