@@ -73,7 +73,7 @@
 #define WHEEL_SLOTS 512
 #define SEC UINT64_C(1000000000)
 #define EXPIRE_SPAN_NS SEC                /* expire's delays: uniform in [0, this] */
-#define WALK_PREFETCH_AHEAD 16          /* as src/wheel.c's PREFETCH_AHEAD */
+#define WALK_PREFETCH_AHEAD WHEEL_LANES /* as src/wheel.c: a turn of its lanes ahead */
 #define CACHE_LINE 64
 
 static uint64_t now_ns(void) {
@@ -174,8 +174,8 @@ static void reference_costs(void) {
 
 /* The floor of a schedule on the real clock: read the clock, take a lock
  * (the worker thread shares the wheel), fill in the node and push it on one
- * of 64 lists picked by its deadline: no levels, no bitmap, no prefetch
- * hints, no counts. */
+ * of 64 lists picked by its deadline: no levels, no bitmap, no lanes,
+ * no counts. */
 static void reference_schedule_floor(bench *b) {
   enum { LISTS = 64 };
   wheel_node *heads[LISTS] = {0};
@@ -212,7 +212,7 @@ static uint64_t node_tick(const wheel_node *n, const void *ctx) {
 
 /* The wheel's whole share of a schedule on the real clock: read the clock,
  * take a lock, round the deadline up to a tick of a run-time length and
- * insert the node with src/wheel.c (levels, occupancy bits, prefetch hints),
+ * insert the node with src/wheel.c (levels, occupancy bits, lanes),
  * as the engine does; none of the engine's own bookkeeping. */
 static void reference_schedule_wheel(bench *b) {
   wheel w;
@@ -329,7 +329,7 @@ static void reference_random_touch(bench *b) {
 
 /* Reads and changes each node of walk[], the next WALK_PREFETCH_AHEAD
  * (both of a node's cache lines) requested ahead, as the wheel's walk does
- * with its hints. */
+ * with its lanes. */
 static uint64_t touch_walk(timeout *const *walk, size_t count) {
   uint64_t sum = 0;
   for (size_t i = 0; i < count; i++) {
@@ -498,9 +498,9 @@ static void reference_cancel_wheel(bench *b, bool counted) {
 }
 
 /* A slot's index among all the wheel's slots, level 0's first. */
-static size_t flat_slot(const wheel_node *n) {
-  return n->level == 0 ? n->slot
-                       : WHEEL_SLOTS + ((size_t)(n->level - 1) << WHEEL_LEVEL_BITS) + n->slot;
+static size_t flat_slot(const wheel *w, const wheel_node *n) {
+  size_t slot = wheel_node_slot(w, n);
+  return n->level == 0 ? slot : WHEEL_SLOTS + ((size_t)(n->level - 1) << WHEEL_LEVEL_BITS) + slot;
 }
 
 /* ref_cancel_wheel_counted with slots that are arrays of pointers: the
@@ -511,18 +511,17 @@ static size_t flat_slot(const wheel_node *n) {
  * slot's live nodes. Per cancel. */
 static void reference_cancel_slot_array(bench *b) {
   wheel w;
-  place_cancel_draw(b, &w);
-  wheel_free(&w);                                   /* the nodes keep slot and level */
+  place_cancel_draw(b, &w);                         /* kept for the nodes' slots */
   size_t slots = WHEEL_SLOTS + ((size_t)WHEEL_LEVELS_MAX << WHEEL_LEVEL_BITS);
   size_t *slot_start = calloc(slots + 1, sizeof *slot_start);
   uint32_t *live = calloc(slots, sizeof *live);
   timeout **at = malloc(b->n * sizeof *at);
   if (!slot_start || !live || !at) fail("out of memory");
-  for (size_t i = 0; i < b->n; i++) slot_start[flat_slot(&b->timeouts[i].link) + 1]++;
+  for (size_t i = 0; i < b->n; i++) slot_start[flat_slot(&w, &b->timeouts[i].link) + 1]++;
   for (size_t s = 0; s < slots; s++) slot_start[s + 1] += slot_start[s];
   for (size_t i = 0; i < b->n; i++) {
     timeout *t = &b->timeouts[i];
-    size_t s = flat_slot(&t->link), place = slot_start[s] + live[s]++;
+    size_t s = flat_slot(&w, &t->link), place = slot_start[s] + live[s]++;
     at[place] = t;
     t->link.next = (wheel_node *)(uintptr_t)place;
   }
@@ -536,12 +535,13 @@ static void reference_cancel_slot_array(bench *b) {
     count_cancel(&counts);
     t->state = TIMEOUT_CANCELLED;
     at[(uintptr_t)t->link.next] = NULL;
-    live[flat_slot(&t->link)]--;
+    live[flat_slot(&w, &t->link)]--;
     pthread_mutex_unlock(m);
   }
   result("ref_cancel_slot_array", (double)(now_ns() - start) / (double)b->n);
   for (size_t s = 0; s < slots; s++)
     if (live[s]) fail("the reference slots are not empty");
+  wheel_free(&w);
   free(at);
   free(live);
   free(slot_start);

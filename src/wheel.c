@@ -13,12 +13,7 @@
 #include <stdlib.h>
 
 #define WORD_BITS 64
-#define PREFETCH_AHEAD 16          /* nodes prefetched ahead of a slot walk */
 #define CACHE_LINE 64
-#define HINTS_STALE_SLACK 64       /* stale hints a slot may keep beyond its live ones */
-#define HINTS_KEPT_MAX 4096        /* a larger record is freed once its slot is emptied */
-#define HINTED_SLOTS_MAX (UINT64_C(1) << 16)   /* a larger level keeps no hints:
-                                                   their table would be 24 B a slot */
 
 static unsigned level_shift(const wheel *w, unsigned level) {
   return level == 0 ? 0 : w->size_bits + WHEEL_LEVEL_BITS * (level - 1);
@@ -61,6 +56,10 @@ static void mark_empty(wheel *w, unsigned level, uint64_t slot) {
   w->occupied[level][slot / WORD_BITS] &= ~(UINT64_C(1) << (slot % WORD_BITS));
 }
 
+static bool is_occupied(const wheel *w, unsigned level, uint64_t slot) {
+  return w->occupied[level][slot / WORD_BITS] & (UINT64_C(1) << (slot % WORD_BITS));
+}
+
 /* Index of the first occupied slot of `level` at or after `from`, or -1. */
 static int64_t next_occupied(const wheel *w, unsigned level, uint64_t from) {
   uint64_t slots = level_slots(w, level);
@@ -82,48 +81,37 @@ uint32_t wheel_round_size(uint32_t size) {
   return rounded;
 }
 
-/* ---- hints: where a slot's nodes are, for prefetching ------------------ */
+/* ---- lanes: a slot's lists ------------------------------------------- */
 
-static wheel_hints *slot_hints(const wheel *w, unsigned level, uint64_t slot) {
-  return w->hints[level] ? &w->hints[level][slot] : NULL;
+static unsigned lanes_of(const wheel *w, unsigned level) {
+  return 1u << w->lane_bits[level];
 }
 
-static bool grow_hints(wheel_hints *h) {
-  uint32_t capacity = h->capacity ? 2 * h->capacity : 8;
-  if (capacity < h->capacity) return false;
-  const wheel_node **at = realloc(h->at, capacity * sizeof *at);
-  if (!at) return false;
-  h->at = at;
-  h->capacity = capacity;
-  return true;
+static wheel_node **slot_heads(const wheel *w, unsigned level, uint64_t slot) {
+  return &w->heads[level][slot << w->lane_bits[level]];
 }
 
-/* A hint that cannot be kept (no memory) only costs a prefetch. */
-static void note_inserted(wheel_hints *h, const wheel_node *n) {
-  if (!h) return;
-  h->live++;
-  if (h->count >= 2 * h->live + HINTS_STALE_SLACK) h->count = 0;   /* mostly stale */
-  if (h->count == h->capacity && !grow_hints(h)) return;
-  h->at[h->count++] = n;
+/* The list a node inserted in this slot goes to: its lanes in turn. */
+static uint64_t list_for_insert(wheel *w, unsigned level, uint64_t slot) {
+  uint8_t *next_lane = w->next_lane[level];
+  if (!next_lane) return slot;
+  uint8_t lane = next_lane[slot];
+  next_lane[slot] = (uint8_t)((lane + 1) % WHEEL_LANES);
+  return slot << WHEEL_LANE_BITS | lane;
 }
 
-static void note_removed(wheel_hints *h) {
-  if (h) h->live--;
+/* One of the slot's lists became empty: the slot may have. */
+static void note_list_emptied(wheel *w, unsigned level, uint32_t list) {
+  uint64_t slot = list >> w->lane_bits[level];
+  wheel_node **heads = slot_heads(w, level, slot);
+  for (unsigned lane = 0; lane < lanes_of(w, level); lane++)
+    if (heads[lane]) return;
+  mark_empty(w, level, slot);
 }
 
 static void prefetch_node(const wheel_node *n) {
   __builtin_prefetch(n);
   __builtin_prefetch((const char *)n + CACHE_LINE);  /* the owner's fields after the link */
-}
-
-/* Forgets a slot's hints (it is being emptied); a large record is freed. */
-static void clear_hints(wheel_hints *h) {
-  h->count = h->live = 0;
-  if (h->capacity > HINTS_KEPT_MAX) {
-    free(h->at);
-    h->at = NULL;
-    h->capacity = 0;
-  }
 }
 
 /* ---- the wheel --------------------------------------------------------- */
@@ -135,28 +123,29 @@ int wheel_init(wheel *w, uint32_t size, wheel_deadline_fn deadline_of, const voi
   w->levels = 1 + (64 - w->size_bits + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS;
   for (unsigned level = 0; level < w->levels; level++) {
     uint64_t slots = level_slots(w, level);
-    w->slots[level] = calloc((size_t)slots, sizeof(wheel_node *));
+    if (slots <= WHEEL_LANED_SLOTS_MAX) {
+      w->lane_bits[level] = WHEEL_LANE_BITS;
+      w->next_lane[level] = calloc((size_t)slots, sizeof(uint8_t));
+    }
+    w->heads[level] = calloc((size_t)slots << w->lane_bits[level], sizeof(wheel_node *));
     w->occupied[level] = calloc(bitmap_words(slots), sizeof(uint64_t));
-    if (!w->slots[level] || !w->occupied[level]) {
+    if (!w->heads[level] || !w->occupied[level] || (w->lane_bits[level] && !w->next_lane[level])) {
       wheel_free(w);
       return -1;
     }
-    if (slots <= HINTED_SLOTS_MAX)                /* optional: NULL costs prefetches only */
-      w->hints[level] = calloc((size_t)slots, sizeof(wheel_hints));
   }
   return 0;
 }
 
 void wheel_free(wheel *w) {
   for (unsigned level = 0; level < WHEEL_LEVELS_MAX; level++) {
-    for (uint64_t slot = 0; w->hints[level] && slot < level_slots(w, level); slot++)
-      free(w->hints[level][slot].at);
-    free(w->hints[level]);
-    free(w->slots[level]);
+    free(w->heads[level]);
     free(w->occupied[level]);
-    w->hints[level] = NULL;
-    w->slots[level] = NULL;
+    free(w->next_lane[level]);
+    w->heads[level] = NULL;
     w->occupied[level] = NULL;
+    w->next_lane[level] = NULL;
+    w->lane_bits[level] = 0;
   }
   w->count = 0;
 }
@@ -165,26 +154,29 @@ bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick) {
   if (deadline_tick <= w->now_tick) return false;
   unsigned level = level_for(w, deadline_tick);
   uint64_t slot = slot_index(w, level, deadline_tick);
-  wheel_node **head = &w->slots[level][slot];
-  n->slot = (uint32_t)slot;
+  uint64_t list = list_for_insert(w, level, slot);
+  wheel_node **head = &w->heads[level][list];
+  n->list = (uint32_t)list;
   n->level = (uint8_t)level;
   n->prev = NULL;
   n->next = *head;
   if (*head) (*head)->prev = n;
   *head = n;
   mark_occupied(w, level, slot);
-  note_inserted(slot_hints(w, level, slot), n);
   w->count++;
   return true;
 }
 
+/* Reads the list's head only when n is its first node: a cancel touches
+ * the node and its neighbours, not the slot. */
 void wheel_remove(wheel *w, wheel_node *n) {
-  uint32_t slot = n->slot;
-  wheel_node **head = &w->slots[n->level][slot];
-  if (n->prev) n->prev->next = n->next; else *head = n->next;
+  if (n->prev) {
+    n->prev->next = n->next;
+  } else {
+    w->heads[n->level][n->list] = n->next;
+    if (!n->next) note_list_emptied(w, n->level, n->list);
+  }
   if (n->next) n->next->prev = n->prev;
-  if (!*head) mark_empty(w, n->level, slot);
-  note_removed(slot_hints(w, n->level, slot));
   n->next = n->prev = NULL;
   w->count--;
 }
@@ -209,11 +201,14 @@ bool wheel_first_deadline(const wheel *w, wheel_predicate match, void *ctx, uint
     for (int64_t slot = next_occupied(w, level, slot_index(w, level, w->now_tick) + 1);
          slot >= 0; slot = next_occupied(w, level, (uint64_t)slot + 1)) {
       bool found = false;
-      for (const wheel_node *n = w->slots[level][slot]; n; n = n->next) {
-        if (match && !match(n, ctx)) continue;
-        uint64_t deadline_tick = w->deadline_of(n, w->deadline_ctx);
-        if (!found || deadline_tick < *tick) *tick = deadline_tick;
-        found = true;
+      wheel_node **heads = slot_heads(w, level, (uint64_t)slot);
+      for (unsigned lane = 0; lane < lanes_of(w, level); lane++) {
+        for (const wheel_node *n = heads[lane]; n; n = n->next) {
+          if (match && !match(n, ctx)) continue;
+          uint64_t deadline_tick = w->deadline_of(n, w->deadline_ctx);
+          if (!found || deadline_tick < *tick) *tick = deadline_tick;
+          found = true;
+        }
       }
       if (found) return true;
     }
@@ -227,11 +222,14 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
   for (unsigned level = 0; level < w->levels; level++) {
     for (int64_t slot = next_occupied(w, level, 0); slot >= 0;
          slot = next_occupied(w, level, (uint64_t)slot + 1)) {
-      for (wheel_node *n = w->slots[level][slot], *next; n; n = next) {
-        next = n->next;
-        if (!take(n, ctx)) continue;
-        wheel_remove(w, n);
-        wheel_list_push_back(out, n);
+      wheel_node **heads = slot_heads(w, level, (uint64_t)slot);
+      for (unsigned lane = 0; lane < lanes_of(w, level); lane++) {
+        for (wheel_node *n = heads[lane], *next; n; n = next) {
+          next = n->next;
+          if (!take(n, ctx)) continue;
+          wheel_remove(w, n);
+          wheel_list_push_back(out, n);
+        }
       }
     }
   }
@@ -240,26 +238,36 @@ void wheel_extract(wheel *w, wheel_predicate take, void *ctx, wheel_list *out) {
 /* Empties one slot at now_tick: due nodes go to take(), the rest move down
  * (never into this slot). Level 0's slot holds only nodes due at now_tick
  * (a level-0 node's deadline lies in now_tick's block), so only the others
- * need their deadline. The list runs newest first, the hints oldest first:
- * the walk prefetches from the hints' end, PREFETCH_AHEAD ahead. */
+ * need their deadline. The walk takes one node of each lane in turn, the
+ * newest lane first: the slot's nodes newest first when none was removed.
+ * Each lane's next node is prefetched as its node is taken, a turn of the
+ * lanes ahead of its own. */
 static void drain_slot(wheel *w, unsigned level, wheel_take take, void *ctx) {
   uint64_t slot = slot_index(w, level, w->now_tick);
-  wheel_node *n = w->slots[level][slot];
-  if (!n) return;
-  w->slots[level][slot] = NULL;
+  if (!is_occupied(w, level, slot)) return;
   mark_empty(w, level, slot);
-  wheel_hints *h = slot_hints(w, level, slot);
-  const wheel_node **hint = h ? h->at : NULL;
-  uint32_t unfetched = h ? h->count : 0;
-  for (int i = 0; i < PREFETCH_AHEAD && unfetched; i++) prefetch_node(hint[--unfetched]);
-  while (n) {
-    if (unfetched) prefetch_node(hint[--unfetched]);
-    wheel_node *next = n->next;
-    w->count--;
-    if (level == 0 || !wheel_insert(w, n, w->deadline_of(n, w->deadline_ctx))) take(n, ctx);
-    n = next;
+  unsigned lanes = lanes_of(w, level);
+  unsigned newest = w->next_lane[level] ? w->next_lane[level][slot] + WHEEL_LANES - 1 : 0;
+  wheel_node **heads = slot_heads(w, level, slot);
+  wheel_node *walk[WHEEL_LANES];
+  for (unsigned i = 0; i < lanes; i++) {
+    unsigned lane = (newest - i) % lanes;
+    walk[i] = heads[lane];
+    heads[lane] = NULL;
+    if (walk[i]) prefetch_node(walk[i]);
   }
-  if (h) clear_hints(h);
+  for (bool walked = true; walked;) {
+    walked = false;
+    for (unsigned i = 0; i < lanes; i++) {
+      wheel_node *n = walk[i];
+      if (!n) continue;
+      walked = true;
+      walk[i] = n->next;
+      if (walk[i]) prefetch_node(walk[i]);
+      w->count--;
+      if (level == 0 || !wheel_insert(w, n, w->deadline_of(n, w->deadline_ctx))) take(n, ctx);
+    }
+  }
 }
 
 /* Only the levels whose slot changes as time moves to event_tick can hold

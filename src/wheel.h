@@ -13,11 +13,13 @@
  * worst case (a bitmap scan of level 0), advance O(levels) per due node plus
  * O(wheel_size / 64) per occupied slot reached. Idle ticks cost nothing.
  *
- * Memory order: a slot's list is in insertion order, its nodes scattered, so
- * walking it would wait for one cache miss per node. Each slot also records
- * where its nodes are (wheel_hints, 8 B per node), and advance prefetches
- * them ahead of the walk, so that the misses overlap (a level of more than
- * 2^16 slots keeps no hints).
+ * Memory order: a slot's nodes lie scattered, so walking one list of them
+ * would wait for one cache miss per node. A slot therefore keeps its nodes
+ * in WHEEL_LANES lists, its lanes, filled in turn, and advance walks the
+ * lanes side by side, prefetching each lane's next node: up to WHEEL_LANES
+ * misses overlap, and no memory is spent per node. A level of more than
+ * WHEEL_LANED_SLOTS_MAX slots keeps one list a slot (its lanes would take
+ * 128 B a slot).
  */
 #ifndef HWT_WHEEL_H
 #define HWT_WHEEL_H
@@ -29,6 +31,9 @@
 #define WHEEL_SIZE_MAX (UINT32_C(1) << 30)
 #define WHEEL_LEVEL_BITS 6                         /* levels >= 1: 64 slots */
 #define WHEEL_LEVELS_MAX (1 + (64 + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
+#define WHEEL_LANE_BITS 4
+#define WHEEL_LANES (1u << WHEEL_LANE_BITS)                 /* lists per slot */
+#define WHEEL_LANED_SLOTS_MAX (UINT64_C(1) << 14)
 
 /* Intrusive node; embed it in your own struct. The link fields are also free
  * for the owner's use while the node is not in a wheel (see wheel_list). A
@@ -37,7 +42,7 @@
  * (owner_bytes) the owner's, which alignment would otherwise waste. */
 typedef struct wheel_node {
   struct wheel_node *next, *prev;
-  uint32_t slot;                                   /* valid while linked */
+  uint32_t list;       /* slot << lane bits | lane: its list within its level */
   uint8_t level;                                   /* valid while linked */
   uint8_t owner_bytes[3];                          /* never touched by the wheel */
 } wheel_node;
@@ -52,25 +57,16 @@ typedef struct wheel_list {
   wheel_node *head, *tail;
 } wheel_list;
 
-/* Where a slot's nodes lie in memory: the nodes inserted since the slot was
- * last emptied, oldest first, for prefetching only. An entry may be stale (a
- * node removed since, even freed): it is never read through, only
- * prefetched, which cannot fault. `live` counts the slot's nodes, so that a
- * record gone mostly stale can be dropped. */
-typedef struct wheel_hints {
-  const wheel_node **at;
-  uint32_t count, capacity, live;
-} wheel_hints;
-
 typedef struct wheel {
   uint64_t now_tick;           /* every deadline <= now_tick has been expired */
   size_t count;                /* nodes in the wheel */
   uint32_t size;               /* level-0 slots, a power of two */
   unsigned size_bits;          /* log2(size) */
   unsigned levels;
-  wheel_node **slots[WHEEL_LEVELS_MAX];    /* slot heads, NULL when empty */
+  wheel_node **heads[WHEEL_LEVELS_MAX];    /* per list (node->list), NULL when empty */
   uint64_t *occupied[WHEEL_LEVELS_MAX];    /* one bit per non-empty slot */
-  wheel_hints *hints[WHEEL_LEVELS_MAX];    /* per slot; NULL: none kept */
+  uint8_t *next_lane[WHEEL_LEVELS_MAX];    /* per slot; NULL: one list a slot */
+  uint8_t lane_bits[WHEEL_LEVELS_MAX];     /* WHEEL_LANE_BITS, or 0: one list */
   wheel_deadline_fn deadline_of;
   const void *deadline_ctx;                /* passed to deadline_of */
 } wheel;
@@ -86,6 +82,11 @@ uint32_t wheel_round_size(uint32_t size);
  * deadline is not in the future (deadline_tick <= now_tick): it is due now. */
 bool wheel_insert(wheel *w, wheel_node *n, uint64_t deadline_tick);
 void wheel_remove(wheel *w, wheel_node *n);
+
+/* The slot of its level a linked node is in. */
+static inline uint32_t wheel_node_slot(const wheel *w, const wheel_node *n) {
+  return n->list >> w->lane_bits[n->level];
+}
 
 /* Unlinks every node for which take(node, ctx) is true and appends it to
  * `out`. O(slots + nodes): for rare bulk work, such as ending one owner's

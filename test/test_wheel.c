@@ -139,8 +139,8 @@ static uint64_t expected_slot(const wheel *w, unsigned level, uint64_t deadline_
 static bool placed_at(const wheel *w, const wheel_node *n, uint64_t deadline_tick) {
   unsigned level = expected_level(w, deadline_tick);
   uint64_t slot = expected_slot(w, level, deadline_tick);
-  if (level >= w->levels || n->level != level || n->slot != slot) return false;
-  for (const wheel_node *p = w->slots[level][slot]; p; p = p->next)
+  if (level >= w->levels || n->level != level || wheel_node_slot(w, n) != slot) return false;
+  for (const wheel_node *p = w->heads[level][n->list]; p; p = p->next)
     if (p == n) return true;
   return false;
 }
@@ -221,7 +221,7 @@ static void test_init_sizes(void) {
     CHECK(w.deadline_of == test_deadline && w.deadline_ctx == g_deadline_ctx,
           "size %" PRIu32 ": deadline callback not kept", w.size);
     for (unsigned l = 0; l < w.levels; l++) {
-      CHECK(w.slots[l] != NULL, "size %" PRIu32 ": slots[%u] NULL", w.size, l);
+      CHECK(w.heads[l] != NULL, "size %" PRIu32 ": heads[%u] NULL", w.size, l);
       CHECK(w.occupied[l] != NULL, "size %" PRIu32 ": occupied[%u] NULL",
             w.size, l);
     }
@@ -266,7 +266,8 @@ static void test_free(void) {
   wheel_free(&w);
   CHECK_EQ(w.count, 0);
   for (unsigned l = 0; l < WHEEL_LEVELS_MAX; l++) {
-    CHECK(w.slots[l] == NULL, "slots[%u] not NULL after free", l);
+    CHECK(w.heads[l] == NULL, "heads[%u] not NULL after free", l);
+    CHECK(w.next_lane[l] == NULL, "next_lane[%u] not NULL after free", l);
     CHECK(w.occupied[l] == NULL, "occupied[%u] not NULL after free", l);
   }
   wheel_free(&w);                                 /* twice is harmless */
@@ -318,7 +319,7 @@ static void test_insert_future_and_count(void) {
     /* the wheel keeps where the deadline maps to, not the deadline */
     CHECK(placed_at(&w, &n[i].link, d[i]), "deadline %" PRIu64 ": linked at "
           "level %u slot %" PRIu32 ", expected level %u slot %" PRIu64, d[i],
-          (unsigned)n[i].link.level, n[i].link.slot, expected_level(&w, d[i]),
+          (unsigned)n[i].link.level, wheel_node_slot(&w, &n[i].link), expected_level(&w, d[i]),
           expected_slot(&w, expected_level(&w, d[i]), d[i]));
   }
   uint64_t t = 0;
@@ -1091,7 +1092,7 @@ static long random_run(uint32_t size, uint64_t seed, long ops) {
         live_add(id, d);
         RCHECK(placed_at(&w, &g_pool[id].node.link, d), "deadline %" PRIu64
                " linked at level %u slot %" PRIu32 ", expected level %u", d,
-               (unsigned)g_pool[id].node.link.level, g_pool[id].node.link.slot,
+               (unsigned)g_pool[id].node.link.level, wheel_node_slot(&w, &g_pool[id].node.link),
                expected_level(&w, d));
       }
     } else if (r < p_insert + p_remove && g_live_n > 0) {
@@ -1193,8 +1194,9 @@ done:
   return op < 0 ? 0 : op;
 }
 
+/* The last size keeps one list a slot on level 0 (no lanes). */
 static void test_random_differential(void) {
-  static const uint32_t sizes[] = {1, 8, 512, 4096};
+  static const uint32_t sizes[] = {1, 8, 512, 4096, 2 * (uint32_t)WHEEL_LANED_SLOTS_MAX};
   long total = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     total += random_run(sizes[i], UINT64_C(0x5EED0000) + sizes[i], OPS_PER_SIZE);
@@ -1203,77 +1205,96 @@ static void test_random_differential(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* hints: where a slot's nodes are, for prefetching only                    */
+/* lanes: a slot's nodes in WHEEL_LANES lists, walked side by side           */
 /* ------------------------------------------------------------------------ */
 
-/* Nodes inserted and removed again and again in one slot: the slot's record
- * of where its nodes are stays within 2 x live + 64 entries. */
-static void test_hints_bounded(void) {
-  enum { LIVE = 10, ROUNDS = 1000 };
+static size_t chain_len(const wheel_node *n) {
+  size_t len = 0;
+  for (; n; n = n->next) len++;
+  return len;
+}
+
+/* A slot's lanes are filled in turn, and its nodes come out newest first
+ * when none was removed: the engine skips its sort for timeouts scheduled
+ * in deadline order because of it. The turn goes on from where an emptied
+ * slot left it. */
+static void test_lanes_filled_in_turn(void) {
+  enum { EARLIER = 3, NODES = 3 * WHEEL_LANES + 2 };
   wheel w;
   if (!open_wheel(&w, 512, 0)) return;
-  test_node kept[LIVE], churned;
-  for (int i = 0; i < LIVE; i++) CHECK_TRUE(insert_at(&w, &kept[i], 7));
-  const wheel_hints *h = &w.hints[0][7];
-  uint32_t most = 0;
-  for (int round = 0; round < ROUNDS; round++) {
-    CHECK_TRUE(insert_at(&w, &churned, 7));
-    wheel_remove(&w, &churned.link);
-    if (h->count > most) most = h->count;
+  test_node earlier[EARLIER], n[NODES];
+  for (int i = 0; i < EARLIER; i++) CHECK_TRUE(insert_at(&w, &earlier[i], 7));
+  for (int i = 0; i < EARLIER; i++) wheel_remove(&w, &earlier[i].link);
+  for (int i = 0; i < NODES; i++) CHECK_TRUE(insert_at(&w, &n[i], 7));
+  for (unsigned lane = 0; lane < WHEEL_LANES; lane++) {
+    size_t len = chain_len(w.heads[0][7 << WHEEL_LANE_BITS | lane]);
+    CHECK(len == NODES / WHEEL_LANES || len == NODES / WHEEL_LANES + 1,
+          "lane %u holds %zu of %d nodes", lane, len, NODES);
   }
-  CHECK_EQ(h->live, LIVE);
-  CHECK(most <= 2 * (LIVE + 1) + 64, "a slot kept %" PRIu32 " hints for %d nodes", most, LIVE);
   wheel_list due = {0};
   wheel_advance(&w, 7, &due);
-  CHECK_EQ(list_len(&due), LIVE);
-  CHECK_EQ(h->count, 0);
-  CHECK_EQ(h->live, 0);
+  CHECK_EQ(list_len(&due), NODES);
+  const wheel_node *got = due.head;
+  for (int i = NODES - 1; i >= 0 && got; i--, got = got->next)
+    CHECK(got == &n[i].link, "node %d came out of its slot out of turn", i);
   wheel_free(&w);
 }
 
-/* A hint may point at a node that was removed and freed: advance only
- * prefetches it, never reads it (AddressSanitizer would report a read). A
- * record over 4096 entries is freed once its slot is emptied. */
-static void test_hints_stale_and_freed(void) {
-  enum { NODES = 5000 };
+/* A slot stays occupied while any of its lanes holds a node, whichever
+ * node goes first: a lane's head, its middle, a lane's only node. */
+static void test_lanes_removal_keeps_slot(void) {
+  enum { NODES = 2 * WHEEL_LANES + 3 };
   wheel w;
   if (!open_wheel(&w, 512, 0)) return;
-  test_node *gone = malloc(sizeof *gone);
-  test_node *kept = malloc(NODES * sizeof *kept);
-  if (!gone || !kept) {
-    CHECK(false, "out of memory");
-    free(gone);
-    free(kept);
-    wheel_free(&w);
-    return;
+  test_node n[NODES];
+  for (int i = 0; i < NODES; i++) CHECK_TRUE(insert_at(&w, &n[i], 9));
+  int order[NODES];                               /* a fixed shuffle */
+  uint64_t rng = UINT64_C(0x1A7E5);
+  for (int i = 0; i < NODES; i++) order[i] = i;
+  for (int i = NODES - 1; i > 0; i--) {
+    int j = (int)rnd_below(&rng, (uint64_t)i + 1), swap = order[i];
+    order[i] = order[j];
+    order[j] = swap;
   }
-  CHECK_TRUE(insert_at(&w, gone, 300));
-  wheel_remove(&w, &gone->link);
-  free(gone);
-  for (int i = 0; i < NODES; i++) CHECK_TRUE(insert_at(&w, &kept[i], 300));
-  const wheel_hints *h = &w.hints[0][300];
-  CHECK_EQ(h->count, NODES + 1);
+  for (int i = 0; i < NODES; i++) {
+    uint64_t tick = 0;
+    CHECK(wheel_next_event(&w, &tick) && tick == 9, "slot lost with %d nodes left", NODES - i);
+    wheel_remove(&w, &n[order[i]].link);
+  }
+  uint64_t tick = 0;
+  CHECK_FALSE(wheel_next_event(&w, &tick));
+  for (unsigned lane = 0; lane < WHEEL_LANES; lane++)
+    CHECK(w.heads[0][9 << WHEEL_LANE_BITS | lane] == NULL, "lane %u kept a node", lane);
   wheel_list due = {0};
-  wheel_advance(&w, 300, &due);
-  CHECK_EQ(list_len(&due), NODES);
-  CHECK_TRUE(list_consistent(&due));
-  CHECK(h->at == NULL && h->capacity == 0, "a record of %" PRIu32 " hints was kept", h->capacity);
-  free(kept);
+  wheel_advance(&w, 9, &due);
+  CHECK_EQ(list_len(&due), 0);
   wheel_free(&w);
 }
 
-/* A level of more than 2^16 slots keeps no hints, and works as well. */
-static void test_hints_absent_on_huge_levels(void) {
+/* A level of more than WHEEL_LANED_SLOTS_MAX slots keeps one list a slot,
+ * and works as well; the levels above it keep their lanes. */
+static void test_lanes_absent_on_huge_levels(void) {
+  enum { NODES = 5 };
+  const uint32_t size = (uint32_t)WHEEL_LANED_SLOTS_MAX * 2;
   wheel w;
-  if (!open_wheel(&w, UINT32_C(1) << 17, 0)) return;
-  CHECK_TRUE(w.hints[0] == NULL);
-  CHECK_TRUE(w.hints[1] != NULL);
-  test_node a, b;
-  CHECK_TRUE(insert_at(&w, &a, 5));
-  CHECK_TRUE(insert_at(&w, &b, (UINT64_C(1) << 17) + 5));
+  if (!open_wheel(&w, size, 0)) return;
+  CHECK_EQ(w.lane_bits[0], 0);
+  CHECK_TRUE(w.next_lane[0] == NULL);
+  CHECK_EQ(w.lane_bits[1], WHEEL_LANE_BITS);
+  test_node n[NODES], later;
+  for (int i = 0; i < NODES; i++) CHECK_TRUE(insert_at(&w, &n[i], 5));
+  CHECK_TRUE(insert_at(&w, &later, (uint64_t)size + 5));
+  CHECK_EQ(later.link.level, 1);
+  wheel_remove(&w, &n[2].link);
   wheel_list due = {0};
-  wheel_advance(&w, (UINT64_C(1) << 17) + 5, &due);
-  CHECK_EQ(list_len(&due), 2);
+  wheel_advance(&w, (uint64_t)size + 5, &due);
+  CHECK_EQ(list_len(&due), NODES);
+  CHECK_TRUE(list_consistent(&due));
+  const wheel_node *got = due.head;
+  static const int newest_first[NODES - 1] = {4, 3, 1, 0};
+  for (int i = 0; i < NODES - 1 && got; i++, got = got->next)
+    CHECK(got == &n[newest_first[i]].link, "node %d out of turn", newest_first[i]);
+  CHECK(got == &later.link, "the later node is missing");
   wheel_free(&w);
 }
 
@@ -1309,9 +1330,9 @@ int main(void) {
       {"size_one", test_size_one},
       {"list_helpers", test_list_helpers},
       {"random_differential", test_random_differential},
-      {"hints_bounded", test_hints_bounded},
-      {"hints_stale_and_freed", test_hints_stale_and_freed},
-      {"hints_absent_on_huge_levels", test_hints_absent_on_huge_levels},
+      {"lanes_filled_in_turn", test_lanes_filled_in_turn},
+      {"lanes_removal_keeps_slot", test_lanes_removal_keeps_slot},
+      {"lanes_absent_on_huge_levels", test_lanes_absent_on_huge_levels},
   };
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

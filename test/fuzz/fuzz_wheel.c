@@ -105,10 +105,10 @@ static uint64_t model_deadline(const wheel_node *n, const void *ctx) {
   return deadline[idx];
 }
 
-/* n is linked in the slot its level and slot fields name. */
-static bool in_its_slot(const wheel *w, const wheel_node *n) {
+/* n is linked in the list its level and list fields name. */
+static bool in_its_list(const wheel *w, const wheel_node *n) {
   if (n->level >= w->levels) return false;
-  for (const wheel_node *p = w->slots[n->level][n->slot]; p; p = p->next)
+  for (const wheel_node *p = w->heads[n->level][n->list]; p; p = p->next)
     if (p == n) return true;
   return false;
 }
@@ -268,7 +268,7 @@ static void op_insert(reader *r, wheel *w) {
     FAIL("insert(%llu) at now %llu returned %d", (unsigned long long)d,
          (unsigned long long)w->now_tick, linked);
   if (linked) {
-    ASSERT(in_its_slot(w, &nodes[idx]));
+    ASSERT(in_its_list(w, &nodes[idx]));
     state[idx] = NODE_LIVE;
     deadline[idx] = d;
     live_count++;
