@@ -347,7 +347,7 @@ END {
       cell("engine", "ref_clock_gettime", "ns_per_op"), cell("engine", "ref_lock_unlock", "ns_per_op"))
     printf("  clock read + lock + a node pushed on a list (the floor of a schedule) %s ns;\n",
       cell("engine", "ref_schedule_floor", "ns_per_op"))
-    printf("  clock read + lock + the wheel insert alone (levels, bits, hints) %s ns\n",
+    printf("  clock read + lock + the wheel insert alone (levels, bits, lanes) %s ns\n",
       cell("engine", "ref_schedule_wheel", "ns_per_op"))
     printf("  a random node changed: alone %s ns, under a lock (the floor of any cancel) %s ns;\n",
       cell("engine", "ref_touch_random", "ns_per_op"), cell("engine", "ref_locked_touch_random", "ns_per_op"))
