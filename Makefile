@@ -12,6 +12,8 @@ WARNINGS   := -std=c11 -Wall -Wextra -Wpedantic -Werror
 LUA_CFLAGS  = $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null)
 LUA_LIBS    = $(shell pkg-config --libs $(LUA_PC) 2>/dev/null)
 SANITIZE   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# The Lua module exports luaopen_hwt_core and hwt_preload only (src/hwt.h).
+MODULE_FLAGS := -fPIC -fvisibility=hidden
 
 CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
 CORE_HDR   := src/wheel.h src/engine.h src/compat.h src/hwt.h
@@ -29,7 +31,7 @@ all: $(MODULE)
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
+	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
 
 # LuaRocks' two passes (hwt-scm-1.rockspec, build.type "make"), with the
 # headers, flags, interpreter and install directories that LuaRocks passes.
@@ -43,7 +45,7 @@ LIBFLAG    ?= -shared
 rock:
 	@test -n "$(LUA_INCDIR)" || { echo "make rock: no LUA_INCDIR (luarocks make hwt-scm-1.rockspec passes it)"; exit 1; }
 	@mkdir -p $(ROCK_OUT)/hwt
-	$(CC) -std=c11 $(CFLAGS) -fPIC -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
+	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
 
 rock-install:
 	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" || \
@@ -55,7 +57,7 @@ rock-install:
 
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -fPIC -pthread -shared -o $@ $(CORE_SRC) -ldl
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
 
 $(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
 	@mkdir -p $(BUILD)

@@ -19,12 +19,22 @@
 
 #include <lua.h>
 
+/* The module is built with hidden visibility (Makefile): only these two
+ * names are exported, so its internal calls bind directly, and its engine's
+ * names (wheel_insert, tq_schedule, ...) cannot clash with another
+ * library's in the host. */
+#if defined(__GNUC__)
+#define HWT_EXPORT __attribute__((visibility("default")))
+#else
+#define HWT_EXPORT
+#endif
+
 /* The module loader: pushes the hwt.core table (what require returns). */
-int luaopen_hwt_core(lua_State *L);
+HWT_EXPORT int luaopen_hwt_core(lua_State *L);
 
 /* Registers luaopen_hwt_core as package.preload["hwt.core"], for hosts that
  * link hwt statically; then require("hwt.core") works, and require("hwt")
  * too when lua/hwt.lua is on package.path. Needs the package library. */
-void hwt_preload(lua_State *L);
+HWT_EXPORT void hwt_preload(lua_State *L);
 
 #endif

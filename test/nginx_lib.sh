@@ -194,7 +194,7 @@ make_prefix() {
 # the compiler's output goes to $prefix/build.log.
 build_core() {
   # shellcheck disable=SC2086  # $2 and $3 are lists of flags
-  (cd "${HWT_SRC:-$ROOT/src}" && "$CC" -std=c11 -O2 -fPIC -shared -pthread $2 \
+  (cd "${HWT_SRC:-$ROOT/src}" && "$CC" -std=c11 -O2 -fPIC -fvisibility=hidden -shared -pthread $2 \
      -o "$1" wheel.c engine.c lhwt.c ${3:-}) >>"$prefix/build.log" 2>&1
 }
 

@@ -121,6 +121,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_examples "$OUT/?.so" "examples ($LUA)"
   run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
   run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
+  run_counted "module exports ($LUA)" sh test/exports_test.sh "$OUT/hwt/core.so"
   run_counted "no thread for the worker ($LUA)" env LD_PRELOAD="$PWD/build/no_thread.so" \
     LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/no_thread_test.lua
   run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
