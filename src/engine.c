@@ -658,14 +658,13 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Starts the worker once a queue's fd is watched: only such a queue needs it
+/* Starts the worker, once a queue's fd is watched: only such a queue needs it
  * (the others bring the wheel up to date in their own calls), and a process
  * that never starts a thread keeps glibc's single-threaded locks, whose
  * unlock is a plain store rather than a fenced exchange. The worker blocks
  * every signal: a process-directed signal (SIGCHLD, SIGQUIT in an nginx
  * master) must reach the threads that wait for it. */
-static int ensure_worker_locked(engine *eng) {
-  if (eng->manual_clock || eng->worker_started || eng->watched_queues == 0) return TQ_OK;
+__attribute__((noinline)) static int start_worker_locked(engine *eng) {
   sigset_t all_signals, caller_mask;
   sigfillset(&all_signals);
   pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
@@ -674,6 +673,12 @@ static int ensure_worker_locked(engine *eng) {
   if (failed) return TQ_NO_THREAD;
   eng->worker_started = true;
   return TQ_OK;
+}
+
+/* Out of line above: a schedule reads three fields here and calls nothing. */
+static int ensure_worker_locked(engine *eng) {
+  bool missing = !eng->worker_started && !eng->manual_clock && eng->watched_queues;
+  return missing ? start_worker_locked(eng) : TQ_OK;
 }
 
 void engine_advance_manual(engine *eng, uint64_t delta_ns) {
@@ -709,7 +714,9 @@ static void close_wake_fd(timer_queue *q) {
 }
 
 int tq_init(timer_queue *q, engine *eng, uint64_t max_pending) {
-  *q = (timer_queue){.max_pending = max_pending, .waiter_wake_ns = ENGINE_NEVER};
+  *q = (timer_queue){.max_pending = max_pending,
+                     .admit_below = max_pending ? max_pending : UINT64_MAX,
+                     .waiter_wake_ns = ENGINE_NEVER};
   if (open_wake_fd(q)) return TQ_NO_MEMORY;
   if (init_monotonic_cond(&q->due_cond)) {
     close_wake_fd(q);
@@ -761,8 +768,7 @@ int tq_schedule(timer_queue *q, timeout *t, uint64_t delay_ns, uint64_t interval
   uint64_t now_ns = engine_now(eng);              /* outside the lock */
   pthread_mutex_lock(&eng->lock);
   int result = TQ_OK;
-  if (q->stopped) result = TQ_STOPPED;
-  else if (q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
+  if (q->stats.pending >= q->admit_below) result = q->stopped ? TQ_STOPPED : TQ_FULL;
   else result = ensure_worker_locked(eng);
   if (result == TQ_OK) {
     t->owner = q;
@@ -979,7 +985,7 @@ int tq_reset(timeout *t, uint64_t delay_ns) {
   bool pending = still_held_locked(t);
   int result = TQ_OK;
   if (q->stopped) result = TQ_STOPPED;
-  else if (!pending && q->max_pending && q->stats.pending >= q->max_pending) result = TQ_FULL;
+  else if (!pending && q->stats.pending >= q->admit_below) result = TQ_FULL;
   else result = ensure_worker_locked(eng);
   if (result == TQ_OK) {
     disarm_locked(eng, t);
@@ -1053,6 +1059,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   q->stats.pending = 0;
   q->stats.ticks = ticks_passed_locked(eng, q);
   q->stopped = true;
+  q->admit_below = 0;
   if (q->wake_fd_watched) eng->watched_queues--;
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);

@@ -115,6 +115,9 @@ struct timer_queue {
   uint64_t armed;                         /* its timeouts in the wheel or due */
   uint64_t first_tick;                    /* the wheel's tick at tq_init */
   uint64_t max_pending;                   /* 0: unlimited */
+  uint64_t admit_below;                   /* a schedule is refused once pending
+                                             reaches it: max_pending, or
+                                             UINT64_MAX; 0 once stopped */
   tq_stats stats;
   late_histogram lateness;
 };

@@ -246,6 +246,9 @@ static void test_max_pending(void) {
   CHECK(tq_schedule(&q, &t[2], MS, 0) == TQ_FULL);
   CHECK(tq_cancel(&t[0]));
   CHECK(tq_schedule(&q, &t[2], MS, 0) == TQ_OK);
+  tq_stop(&q, NULL, 0, NULL);
+  CHECK(tq_schedule(&q, &t[0], MS, 0) == TQ_STOPPED);    /* stopped, not full */
+  CHECK(tq_reset(&t[1], MS) == TQ_STOPPED);
   tq_destroy(&q);
 }
 
