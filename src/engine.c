@@ -35,6 +35,8 @@ struct engine {
   bool manual_clock;
   bool shared;                  /* found by engine_acquire_shared */
   uint64_t tick_ns;
+  uint64_t tick_reciprocal;     /* ticks_in's multiplier and shift */
+  unsigned tick_shift;
   uint64_t epoch_ns;            /* CLOCK_MONOTONIC at creation */
   uint64_t manual_now_ns;
   uint64_t next_seq;
@@ -138,8 +140,37 @@ static void unlist_engine(engine *eng) {         /* all_engines_lock held */
 
 /* ---- engine ------------------------------------------------------------ */
 
+/* A schedule turns its deadline into a tick on its way to the wheel, and so
+ * does each timeout that an expiry moves down a level. A 64-bit divide there
+ * costs about 6 ns on this project's VMs, a multiply by a reciprocal made
+ * once per engine about 2 (bench/RESULTS.md, twenty-fourth round). With
+ * l = ceil(log2 tick_ns) and m = ceil(2^(63+l) / tick_ns),
+ * floor(m n / 2^(63+l)) = floor(n / tick_ns) for every n < 2^63 (Granlund and
+ * Montgomery 1994, theorem 4.2). The engine divides nothing above 2^63: a time
+ * and a delay are each at most ENGINE_MAX_DELAY_NS. */
+#ifdef __SIZEOF_INT128__
+__extension__ typedef unsigned __int128 uint128;
+
+static void set_tick(engine *eng, uint64_t tick_ns) {
+  unsigned l = 64 - (unsigned)__builtin_clzll(tick_ns - 1);    /* tick_ns > 1 */
+  eng->tick_ns = tick_ns;
+  eng->tick_reciprocal = (uint64_t)((((uint128)1 << (63 + l)) + tick_ns - 1) / tick_ns);
+  eng->tick_shift = l - 1;
+}
+
+/* ns / tick_ns, for ns < 2^63. */
+static uint64_t ticks_in(const engine *eng, uint64_t ns) {
+  return (uint64_t)(((uint128)eng->tick_reciprocal * ns) >> 64) >> eng->tick_shift;
+}
+#else
+static void set_tick(engine *eng, uint64_t tick_ns) { eng->tick_ns = tick_ns; }
+
+static uint64_t ticks_in(const engine *eng, uint64_t ns) { return ns / eng->tick_ns; }
+#endif
+
+/* The first tick that starts at or after deadline_ns (at most 2^63). */
 static uint64_t deadline_tick(const engine *eng, uint64_t deadline_ns) {
-  return deadline_ns / eng->tick_ns + (deadline_ns % eng->tick_ns != 0);
+  return deadline_ns ? ticks_in(eng, deadline_ns - 1) + 1 : 0;
 }
 
 /* The wheel's wheel_deadline_fn. */
@@ -154,7 +185,7 @@ static engine *create_engine(uint64_t tick_ns, uint32_t wheel_size, bool manual_
   if (wheel_init(&eng->wheel, wheel_size, node_deadline_tick, eng)) goto no_wheel;
   if (pthread_mutex_init(&eng->lock, NULL)) goto no_lock;
   if (init_monotonic_cond(&eng->worker_cond)) goto no_cond;
-  eng->tick_ns = tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns;
+  set_tick(eng, tick_ns < ENGINE_TICK_MIN_NS ? ENGINE_TICK_MIN_NS : tick_ns);
   eng->manual_clock = manual_clock;
   eng->epoch_ns = manual_clock ? 0 : engine_monotonic_ns();
   eng->worker_wake_ns = ENGINE_NEVER;
@@ -617,7 +648,7 @@ static void settle_batch_locked(engine *eng, due_batch *batch, uint64_t now_ns) 
  * passed since the last collect (a long-unpolled queue nobody watches). */
 static void collect_locked(engine *eng, uint64_t now_ns) {
   if (eng->manual_clock) release_held_locked(eng, now_ns);
-  uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : now_ns / eng->tick_ns;
+  uint64_t now_tick = eng->manual_clock ? deadline_tick(eng, now_ns) : ticks_in(eng, now_ns);
   for (;;) {
     due_batch batch = {.eng = eng};
     if (!wheel_advance_event_each(&eng->wheel, now_tick, take_due_node, &batch)) break;
@@ -1002,7 +1033,7 @@ int tq_reset(timeout *t, uint64_t delay_ns) {
 /* stats.ticks: the ticks that have ended (a manual clock's wheel has also
  * reached the tick its time lies in). */
 static uint64_t ticks_passed_locked(const engine *eng, const timer_queue *q) {
-  uint64_t now_tick = eng->manual_clock ? eng->manual_now_ns / eng->tick_ns : eng->wheel.now_tick;
+  uint64_t now_tick = eng->manual_clock ? ticks_in(eng, eng->manual_now_ns) : eng->wheel.now_tick;
   return now_tick - q->first_tick;
 }
 

@@ -237,6 +237,49 @@ static void test_poll_begin_zero_when_nothing_due(void) {
   tq_destroy(&q);
 }
 
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/* On the real clock a timeout falls due at its deadline rounded up to the
+ * tick. The engine divides by the tick with a reciprocal: this checks that
+ * division for tick lengths of every shape and deadlines up to 2^63 (a time
+ * plus a delay, each at most ENGINE_MAX_DELAY_NS), exact multiples and their
+ * neighbours included. The deadline is set by hand on a pending timeout that
+ * no worker touches; tq_due_at only reads it. */
+static void test_due_at_rounds_up_to_tick(void) {
+  enum { RANDOM_DEADLINES = 2000 };
+  static const uint64_t ticks[] = {1000, 1001, 1024, 999983, MS, 3 * MS + 7,
+                                   UINT64_C(1) << 40, (UINT64_C(1) << 62) - 1, UINT64_C(1) << 62};
+  const uint64_t top = UINT64_C(1) << 63;
+  uint64_t state = 0x7E57;
+  for (size_t i = 0; i < sizeof ticks / sizeof ticks[0]; i++) {
+    uint64_t tick = ticks[i], last = top / tick * tick;
+    const uint64_t edges[] = {1, tick - 1, tick, tick + 1, last - tick, last - tick + 1,
+                              last - 1, last, top - 1, top};
+    size_t edge_count = sizeof edges / sizeof edges[0];
+    timer_queue q;
+    open_queue(&q, tick, 64, false, 0);
+    timeout t = {0};
+    CHECK(tq_schedule(&q, &t, ENGINE_MAX_DELAY_NS, 0) == TQ_OK);
+    uint64_t scheduled = t.deadline_ns;
+    for (size_t k = 0; k < edge_count + RANDOM_DEADLINES; k++) {
+      uint64_t deadline = k < edge_count ? edges[k] : 1 + splitmix64(&state) % top;
+      if (k >= edge_count && k % 2) deadline = (deadline / tick) * tick + (k % 4 == 1);
+      if (deadline == 0 || deadline > top) deadline = tick;
+      t.deadline_ns = deadline;
+      uint64_t expected = (deadline / tick + (deadline % tick != 0)) * tick;
+      CHECK(tq_due_at(&t) == expected);
+    }
+    t.deadline_ns = scheduled;
+    CHECK(tq_cancel(&t));
+    tq_destroy(&q);
+  }
+}
+
 static void test_max_pending(void) {
   timer_queue q;
   open_queue(&q, TICK_1MS, 64, true, 2);
@@ -841,6 +884,7 @@ static const test_case tests[] = {
   {"due_ahead_in_pop_order", test_due_ahead_in_pop_order},
   {"poll_begin_zero_when_nothing_due", test_poll_begin_zero_when_nothing_due},
   {"max_pending", test_max_pending},
+  {"due_at_rounds_up_to_tick", test_due_at_rounds_up_to_tick},
   {"periodic_skips_missed_beats", test_periodic_skips_missed_beats},
   {"large_batches_in_order", test_large_batches_in_order},
   {"worker_fires_in_order", test_worker_fires_in_order},
