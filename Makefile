@@ -102,6 +102,12 @@ $(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HD
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
+# The engine as compilers without 128-bit integers (32-bit targets) build it:
+# it divides by the tick instead of multiplying by the tick's reciprocal.
+$(BUILD)/no_int128/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
+	@mkdir -p $(BUILD)/no_int128
+	$(CC) $(WARNINGS) $(CFLAGS) -U__SIZEOF_INT128__ -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+
 # Reliability checks (make check).
 $(BUILD)/fuzz_wheel: test/fuzz/fuzz_wheel.c src/wheel.c src/wheel.h
 	@mkdir -p $(BUILD)
@@ -134,7 +140,7 @@ deps:
 
 # Everything: C tests, busted specs and examples, then the same under
 # ASan+UBSan, and the engine's C test under TSan.
-test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build
+test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) sh test/run.sh
 
 asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
@@ -148,13 +154,13 @@ all-luas:
 	  $(MAKE) --no-print-directory LUA=$$lua all || exit 1; done
 	@$(MAKE) --no-print-directory LUA=luajit $(BUILD)/luajit/asan/hwt/core.so
 
-test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build
+test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
 # make test-all-luas, plus the reliability checks of test/RELIABILITY.md, the
 # nginx test, the LuaRocks install test and a smoke run of the benchmark harness
 # (so it installs the benchmark peers too).
-check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_thread.so asan-build $(CHECK_BINARIES)
+check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build $(CHECK_BINARIES)
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \
 	  HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 

@@ -117,6 +117,7 @@ memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/me
 
 if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
+  run_c_tests build/no_int128
   run_busted "$OUT/?.so" "busted specs ($LUA)"
   run_examples "$OUT/?.so" "examples ($LUA)"
   run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
