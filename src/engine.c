@@ -706,7 +706,7 @@ __attribute__((noinline)) static int start_worker_locked(engine *eng) {
   return TQ_OK;
 }
 
-/* Out of line above: a schedule reads three fields here and calls nothing. */
+/* The start is out of line (above): a schedule only reads these three fields. */
 static int ensure_worker_locked(engine *eng) {
   bool missing = !eng->worker_started && !eng->manual_clock && eng->watched_queues;
   return missing ? start_worker_locked(eng) : TQ_OK;
