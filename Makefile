@@ -59,11 +59,11 @@ $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
 
-$(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
+$(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)
 	$(CC) $(WARNINGS) $(CFLAGS) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
-$(BUILD)/asan/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR)
+$(BUILD)/asan/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/asan
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
@@ -98,13 +98,13 @@ $(OUT)/tsan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
 
 # The engine's threads under ThreadSanitizer.
-$(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
+$(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 
 # The engine as compilers without 128-bit integers (32-bit targets) build it:
 # it divides by the tick instead of multiplying by the tick's reciprocal.
-$(BUILD)/no_int128/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR)
+$(BUILD)/no_int128/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/no_int128
 	$(CC) $(WARNINGS) $(CFLAGS) -U__SIZEOF_INT128__ -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
 

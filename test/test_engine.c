@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "splitmix64.h"
 
 #define MS UINT64_C(1000000)
 #define TICK_1MS MS
@@ -235,13 +236,6 @@ static void test_poll_begin_zero_when_nothing_due(void) {
   CHECK(limit > t.seq && tq_pop_due(&q, limit) == &t);
   CHECK(!tq_finish(&t, t.seq) && tq_poll_begin(&q) == 0);  /* drained */
   tq_destroy(&q);
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
 }
 
 /* On the real clock a timeout falls due at its deadline rounded up to the

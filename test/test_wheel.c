@@ -10,6 +10,7 @@
  *           test/test_wheel.c src/wheel.c -o build/test_wheel
  */
 #include "wheel.h"
+#include "splitmix64.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -741,13 +742,6 @@ static void test_next_event_empty(void) {
   wheel_advance(&w, 3, &due);
   CHECK_FALSE(wheel_next_event(&w, &t));            /* empty again */
   wheel_free(&w);
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
 }
 
 /* Below `bound` (bound > 0). Modulo bias is irrelevant here. */
