@@ -358,3 +358,47 @@ describe("siblings", function()
     assert.are.same({ true }, results)
   end)
 end)
+
+describe("round three (issue 42): the binding", function()
+  it("3: a hand-off kept past its collected timer, with a watcher set, is collected safely", function()
+    assert_clean_exit(support.run_child([[
+      local hwt = require("hwt")
+      local timer = hwt.new{clock = "manual"}
+      timer:on_earlier(function() end)
+      timer:timeout(0, function() end)
+      local saved
+      assert(timer:poll(1, function(fn) saved = fn end) == 1)
+      timer = nil; collectgarbage(); collectgarbage()
+      saved = nil; collectgarbage(); collectgarbage()
+      io.write("survived")
+    ]]))
+  end)
+
+  it("3: a hand-off run after its timer was collected runs nothing", function()
+    local ran = false
+    local timer = manual()
+    timer:on_earlier(noop)
+    timer:timeout(0, function() ran = true end)
+    local saved
+    timer:poll(1, function(fn) saved = fn end)
+    timer = nil
+    collectgarbage()
+    collectgarbage()
+    saved()
+    assert.is_false(ran)
+  end)
+
+  it("7b: on_earlier(nil) removes the watcher", function()
+    local errors, told = {}, 0
+    local timer = manual{ on_error = function(err) errors[#errors + 1] = err end }
+    timer:on_earlier(function() told = told + 1 end)
+    timer:timeout(2, noop)
+    assert.are.equal(1, told)
+    timer:on_earlier(nil)
+    timer:timeout(1, noop)
+    timer:on_earlier()
+    timer:timeout(0.5, noop)
+    assert.are.equal(1, told)
+    assert.are.same({}, errors)
+  end)
+end)

@@ -106,4 +106,56 @@ function support.with_stop_in_timeout(timer, when, body)
   end, body)
 end
 
+-- An object whose finalizer is f: a table where tables have __gc, a proxy
+-- on 5.1 and LuaJIT.
+function support.on_gc(f)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = f
+    return proxy
+  end
+  return setmetatable({}, { __gc = f })
+end
+
+-- With `on`, the collector starts a new cycle at once and steps at every
+-- allocation (Lua 5.4) or every kilobyte or so (the others); without, the
+-- default settings again.
+function support.collector_steps_often(on)
+  collectgarbage("setpause", on and 0 or 200)
+  collectgarbage("setstepmul", on and 100 or 200)
+  pcall(collectgarbage, "incremental", on and 0 or 200, 100, on and 1 or 13)  -- 5.4: the step size
+end
+
+-- Finalizers queued to run at the next allocations: `count` objects whose
+-- finalizer calls attack() while the control is armed (control.hits counts
+-- those calls). The collector is stepped until the first of them has run,
+-- so the others run a few at each later step, that is at the allocations
+-- of whatever the caller does next. The collector steps at nearly every
+-- allocation until control:finish().
+function support.finalizers_at_next_allocations(count, attack)
+  local control = { armed = false, hits = 0, ran = 0 }
+  function control.arm() control.armed = true end
+  function control.finish()
+    control.armed = false
+    support.collector_steps_often(false)
+    collectgarbage("collect")
+  end
+  for _ = 1, count do
+    support.on_gc(function()
+      control.ran = control.ran + 1
+      if control.armed then
+        control.hits = control.hits + 1
+        attack()
+      end
+    end)
+  end
+  support.collector_steps_often(true)
+  for _ = 1, 1e6 do
+    if control.ran > 0 then break end
+    collectgarbage("step", 0)
+  end
+  assert(control.ran > 0 and control.ran < count, "the finalizers ran all at once")
+  return control
+end
+
 return support

@@ -308,12 +308,18 @@ static int anchor_kind(const lhwt_timeout *to) {
 #define anchor_kind(to) ((void)(to), ANCHOR_MAIN)
 #endif
 
-/* Doubles the room for free slots of `kind` of the queue at queue_idx. */
+/* Doubles the room for free slots of `kind` of the queue at queue_idx. The
+ * allocation may run a finalizer that anchors timeouts of this queue, and so
+ * grows the room itself: what the slots hold is read after it. */
 static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int kind, int queue_idx) {
   anchor_slots *slots = &tm->slots[kind];
   if (slots->capacity >= ANCHOR_SLOTS_MAX) luaL_error(L, "too many timeouts anchored");
   uint32_t capacity = slots->capacity ? 2 * slots->capacity : ANCHOR_SLOTS_MIN;
   uint32_t *free_slots = compat_newuserdata(L, capacity * sizeof *free_slots, 0);
+  if (slots->capacity >= capacity) {           /* a finalizer grew it meanwhile */
+    lua_pop(L, 1);
+    return;
+  }
   if (slots->free_count) memcpy(free_slots, slots->free, slots->free_count * sizeof *free_slots);
   compat_setuservalue(L, lua_absindex(L, queue_idx),
                       kind == ANCHOR_MAIN ? QUEUE_UV_FREE_SLOTS : QUEUE_UV_FREE_SINGLES);
@@ -393,8 +399,9 @@ static void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to,
   lhwt_timer *tm = lua_touserdata(L, queue_idx);
   int kind = anchor_kind(to);
   anchor_slots *slots = &tm->slots[kind];
-  if (slots->free_count == 0 && slots->used == slots->capacity)
+  while (slots->free_count == 0 && slots->used == slots->capacity)   /* see grow_anchor_slots */
     grow_anchor_slots(L, tm, kind, queue_idx);
+  if (to->anchor) return;                      /* a finalizer run by the growth reset it */
   to->anchor = slots->free_count ? slots->free[--slots->free_count] : ++slots->used;
   if (kind == ANCHOR_SINGLE) {
     anchor_single(L, table_idx, to, timeout_idx);
@@ -680,7 +687,7 @@ static void push_timer_of_queue(lua_State *L, int queue_idx) {
 /* Tells the watcher (on_earlier) when `to`, just armed, falls due before
  * the time it last heard of. queue_idx: the queue userdata. */
 static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to) {
-  if (!tm->has_watcher) return;
+  if (!tm->has_watcher || !tm->initialized) return;   /* a released queue has no clock */
   uint64_t now_ns = engine_now(tm->queue.eng);
   uint64_t due_at_ns = tq_due_at(&to->node);
   if (due_at_ns < now_ns) due_at_ns = now_ns;       /* due: as next_due() counts it */
@@ -1581,8 +1588,8 @@ static int timer_on_earlier(lua_State *L) {
   if (!lua_isnoneornil(L, 2) && !is_callable(L, 2))
     luaL_argerror(L, 2, "function or nil expected");
   lua_settop(L, 2);
+  tm->has_watcher = !lua_isnil(L, 2);            /* before the set pops it */
   compat_setuservalue(L, 1, TIMER_UV_WATCHER);
-  tm->has_watcher = !lua_isnil(L, 2);
   tm->told_due_ns = ENGINE_NEVER;
   return 0;
 }
@@ -1625,19 +1632,20 @@ static bool at_anchor_entry(lua_State *L) {
 }
 
 /* The Timeouts anchored in the table at anchors_idx, every one the engine
- * holds and those that drains hold: how many, and in `out` unless NULL. */
-static size_t list_anchored(lua_State *L, int anchors_idx, timeout **out) {
+ * holds and those that drains hold: how many, and the first `room` of them
+ * in `out` unless NULL. Allocates nothing, so no finalizer runs meanwhile. */
+static size_t list_anchored(lua_State *L, int anchors_idx, timeout **out, size_t room) {
   size_t count = 0;
   for (lua_pushnil(L); lua_next(L, anchors_idx); lua_pop(L, 1)) {
     if (!at_anchor_entry(L)) continue;
-    if (out) out[count] = lua_touserdata(L, -1);
+    if (out && count < room) out[count] = lua_touserdata(L, -1);
     count++;
   }
 #if COMPAT_FFI
   int singles_idx = push_singles(L, anchors_idx);
   for (lua_pushnil(L); lua_next(L, singles_idx); lua_pop(L, 1)) {
     lua_rawgeti(L, -1, TIMEOUT_UV_SELF);
-    if (out) out[count] = lua_touserdata(L, -1);
+    if (out && count < room) out[count] = lua_touserdata(L, -1);
     lua_pop(L, 1);
     count++;
   }
@@ -1649,10 +1657,10 @@ static size_t list_anchored(lua_State *L, int anchors_idx, timeout **out) {
 /* The anchored Timeouts in a malloc'd array (not Lua's allocator: this runs
  * in __gc too). NULL when there are none or memory is short. */
 static timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count) {
-  size_t capacity = list_anchored(L, anchors_idx, NULL);
+  size_t capacity = list_anchored(L, anchors_idx, NULL, 0);
   timeout **held = capacity ? malloc(capacity * sizeof *held) : NULL;
   *count = held ? capacity : 0;
-  if (held) list_anchored(L, anchors_idx, held);
+  if (held) list_anchored(L, anchors_idx, held, capacity);
   return held;
 }
 
@@ -1691,18 +1699,29 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   lua_settop(L, result_idx);
 }
 
-/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. */
+/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. Its
+ * two allocations (the list of anchored timeouts and the result, sized for
+ * all of them) come before the anchors are read: a finalizer they run may
+ * arm or cancel timeouts of this timer, so the reading starts again if more
+ * were anchored meanwhile. From the reading on nothing allocates, so every
+ * Timeout listed is still anchored when it is stored. */
 static int timer_timeouts(lua_State *L) {
   lhwt_timer *tm = check_timer(L, 1);
   lua_settop(L, 1);
   push_anchors(L, 1);
-  size_t count = list_anchored(L, 2, NULL);
-  timeout **held = compat_newuserdata(L, (count ? count : 1) * sizeof *held, 0);
-  list_anchored(L, 2, held);
+  luaL_checkstack(L, 8, "timeouts()");
+  size_t room = 0, count;
+  timeout **held;
+  do {
+    lua_settop(L, 2);
+    room = list_anchored(L, 2, NULL, 0) + ANCHOR_SLOTS_MIN;
+    held = compat_newuserdata(L, room * sizeof *held, 0);
+    lua_createtable(L, (int)room, 0);
+    count = list_anchored(L, 2, held, room);
+  } while (count > room);
   size_t kept = 0;
   if (tm->initialized && tq_select_pending(&tm->queue, held, count, &kept) != TQ_OK)
     return luaL_error(L, "not enough memory");
-  lua_createtable(L, (int)kept, 0);
   for (size_t i = 0; i < kept; i++) {
     push_anchored_in(L, 2, (lhwt_timeout *)held[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
