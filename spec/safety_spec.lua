@@ -388,6 +388,20 @@ describe("round three (issue 42): the binding", function()
     assert.is_false(ran)
   end)
 
+  it("a watcher told of a periodic's next beat runs before the next due timeout is taken", function()
+    local timer = manual()
+    local ran = {}
+    timer:every(1, function() ran[#ran + 1] = "periodic" end)
+    local one = timer:timeout(1, function() ran[#ran + 1] = "one-shot" end)
+    local stopped
+    timer:on_earlier(function() stopped = stopped or timer:stop() end)
+    timer:advance(1)
+    assert.are.same({ "periodic" }, ran)
+    assert.are.equal(1, #stopped)
+    assert.are.equal(one, stopped[1])
+    assert.is_true(one:is_cancelled())
+  end)
+
   it("7b: on_earlier(nil) removes the watcher", function()
     local errors, told = {}, 0
     local timer = manual{ on_error = function(err) errors[#errors + 1] = err end }

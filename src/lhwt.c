@@ -896,9 +896,14 @@ static void make_current(drain *d, lhwt_timeout *to) {
 
 /* A poll's step from its current timeout to the next due one, with one
  * engine lock round-trip; the next is current before the finished one's
- * watcher or anchor is dealt with (which may raise). anchors_idx: as in
- * after_finish. */
+ * anchor is dealt with (which may raise). With a watcher, which a re-armed
+ * periodic may have to tell (a call into Lua), the finished one is dealt
+ * with first: no Lua runs between a take and its task's call, where a stop
+ * would find the taken timeout started and its task not yet called, and a
+ * cancel of a taken periodic would return true with its run still to come.
+ * anchors_idx: as in after_finish. */
 static lhwt_timeout *step_poll(lua_State *L, drain *d, int anchors_idx) {
+  if (d->tm->has_watcher) finish_current(L, d);
   lhwt_timeout *done = d->current;
   if (!done) {
     lhwt_timeout *first = (lhwt_timeout *)tq_pop_due(&d->tm->queue, d->seq_limit);
