@@ -170,10 +170,13 @@ deps-check:
 soak: deps all
 	@$(RUN_ENV) $(LUA) test/soak.lua
 
-# The chaos run alone (CHAOS_SECONDS, CHAOS_TSAN_SECONDS, CHAOS_SEED, CHAOS_SKIP: see test/chaos_host.c).
+# The chaos run alone (CHAOS_SECONDS, CHAOS_ALLOC_SECONDS, CHAOS_TSAN_SECONDS, CHAOS_SEED,
+# CHAOS_SKIP: see test/chaos_host.c), the second time with a collector step at every allocation.
 chaos: deps $(CHAOS_HOSTS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(OUT)/asan/chaos_host
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  CHAOS_ALLOC_STRESS=1 CHAOS_SECONDS=$${CHAOS_ALLOC_SECONDS:-30} $(OUT)/asan/chaos_host
 	@TSAN_OPTIONS=halt_on_error=1 CHAOS_SECONDS=$${CHAOS_TSAN_SECONDS:-30} $(OUT)/tsan/chaos_host
 
 fuzz: deps all

@@ -19,7 +19,11 @@
 -- finalizers that make timers while lua_close runs, for the host to close.
 -- CHAOS_SKIP=name,... leaves operations out (the names in OPERATIONS, and
 -- "timers_at_close"), to look past a known failure; CHAOS_STATS=1 prints
--- what the program did. Lua 5.4 only (integer PRNG, warn, <close>).
+-- what the program did. CHAOS_ALLOC_STRESS=1 is the allocation-stress mode:
+-- the collector steps at every allocation, and finalizers, made far more
+-- often, call every method of a timer and its timeouts, so that hwt's calls
+-- meet a finalizer at each allocation they make. Lua 5.4 only (integer
+-- PRNG, warn, <close>).
 local hwt = require("hwt")
 
 local args = table.pack(...)
@@ -27,6 +31,7 @@ local seed = math.tointeger(tonumber(args[1] or "")) or 1
 local ops_budget = math.tointeger(tonumber(args[2] or "")) or 400
 local seconds_budget = tonumber(args[3] or "") or 0.3
 local has_0_2 = (hwt._VERSION or "") >= "hwt 0.2"
+local alloc_stress = os.getenv("CHAOS_ALLOC_STRESS") == "1"
 
 -- ---- randomness: xorshift64, so a seed always writes the same program ------
 -- Two streams: the top level draws from its own, and tasks, finalizers and
@@ -154,7 +159,7 @@ local resurrected = {}          -- timers seen again by a finalizer after their 
 -- timer while pending, so its handle must stay here until it ran or ended.
 local weak_handles = setmetatable({}, { __mode = "v" })
 
-local invoke, perform, run_random_op, new_finalizer_object, start_sleeper
+local invoke, perform, run_random_op, new_finalizer_object, start_sleeper, every_method
 
 -- A record is the task itself (callable), so that t:task() leads back to it.
 local Record = {}
@@ -373,6 +378,12 @@ function Book:random_record()
   return records[random(#records)]
 end
 
+-- The state word of tostring(timeout): pending, pending (periodic), due,
+-- running, expired, cancelled.
+local function state_of(t)
+  return (tostring(t):match("^hwt%.Timeout %((.-), "))
+end
+
 -- After stop() returned to the outermost caller: every timeout ended one
 -- way; what was pending and never ran is what stop() returned.
 function Book:check_stopped()
@@ -448,12 +459,6 @@ function Book:stop()
   end
   if self.stopping == 0 then self:check_stopped() end
   return list
-end
-
--- The state word of tostring(timeout): pending, pending (periodic), due,
--- running, expired, cancelled.
-local function state_of(t)
-  return (tostring(t):match("^hwt%.Timeout %((.-), "))
 end
 
 -- At top level only (no task running below), with the collector stopped so
@@ -543,7 +548,7 @@ local function check_start(rec, ended, t, ...)
   local now
   if book.kind == "real" then now = hwt.now() elseif book.timer then now = book.timer:now() end
   if now then
-    local due = rec.deadline + (rec.periodic and (rec.runs - 1) * rec.delay or 0)
+    local due = rec.deadline + (rec.periodic and rec.runs > 1 and (rec.runs - 1) * rec.delay or 0)
     expect(now >= due - 1e-9 * (rec.runs + 1), "timeout #%d (%s clock, delay %s) started %.9f s early",
       rec.id, book.kind, tostring(rec.delay), due - now)
     -- The next beat is strictly after the clock when a run ends, so a run
@@ -866,11 +871,146 @@ function Book:check_retries_after_stop()
   end
 end
 
+-- ---- the 0.2 calls: reset, timeouts(), next_due(), on_earlier, spawn -------
+
+-- Resets a tracked timeout that is pending and has never started, so that
+-- the books stay exact: its deadline moves (set before the call, which may
+-- run a watcher that drains), and it stays pending.
+local function reset_record(book, rec)
+  local t = rec and rec.scheduled and handle_of(rec)
+  if not t or book.dropped or book.stopped or rec.runs > 0 or rec.cancelled or rec.returned then return end
+  local delay = rec.periodic and book:random_interval() or book:random_delay()
+  rec.deadline = book:now() + delay
+  local ok, reset, err = try(t.reset, t, delay)
+  if not ok then return end
+  expect(reset == true, "timeout #%d: reset() of a pending timeout returned %s, %s", rec.id,
+    describe(reset), describe(err))
+  count("resets")
+end
+
+-- timer:timeouts() is what pending() counts, in deadline order, none of them
+-- cancelled. Nothing between the two calls allocates, so no finalizer runs.
+local function list_timeouts(book)
+  local timer = book.timer
+  if not timer then return end
+  local ok, list = pcall(timer.timeouts, timer)
+  local pending = timer:pending()
+  if not ok then
+    if is_own_failure(list) then error(list, 0) end
+    if is_benign(list) then return end
+    fail("timeouts() raised: " .. describe(list))
+  end
+  expect(#list == pending, "timer #%d: timeouts() lists %d, pending() is %d", book.id, #list, pending)
+  local last = -math.huge
+  for i = 1, #list do
+    local t = list[i]
+    expect(not t:is_cancelled(), "timer #%d: timeouts() lists a cancelled timeout", book.id)
+    local deadline = t:deadline()
+    expect(deadline >= last, "timer #%d: timeouts() out of deadline order", book.id)
+    last = deadline
+  end
+  count("timeouts listed")
+end
+
+local function check_next_due(book)
+  local timer = book.timer
+  if not timer then return end
+  local ok, due = pcall(timer.next_due, timer)        -- no try(): its results allocate
+  local pending = timer:pending()
+  if not ok then
+    if is_own_failure(due) then error(due, 0) end
+    if is_benign(due) then return end
+    fail("next_due() raised: " .. describe(due))
+  end
+  expect(due == nil or (type(due) == "number" and due >= 0), "timer #%d: next_due() returned %s",
+    book.id, describe(due))
+  expect(due == nil or pending > 0, "timer #%d: next_due() %s with nothing pending", book.id,
+    describe(due))
+end
+
+-- A watcher that counts, raises, runs a random operation, or none.
+local function watch_earlier(book)
+  local timer = book.timer
+  if not timer then return end
+  local kind, watcher = random(4), nil
+  if kind == 2 then
+    watcher = function(seconds)
+      expect(type(seconds) == "number" and seconds >= 0, "on_earlier told %s", describe(seconds))
+      count("told earlier")
+    end
+  elseif kind == 3 then
+    watcher = function() error("chaos: deliberate watcher error") end
+  elseif kind == 4 then
+    watcher = function()
+      count("told earlier, then an operation")
+      if depth < 4 then
+        depth = depth + 1
+        run_random_op()
+        depth = depth - 1
+      end
+    end
+  end
+  try(timer.on_earlier, timer, watcher)
+end
+
+-- poll(max, spawn) with a spawn that runs fn at once, in a coroutine, keeps
+-- it to run later (or never), or drops it (its drain gives the timeout back
+-- when collected).
+local kept_handoffs = {}
+local SPAWNS = {
+  function(fn) fn() end,
+  function(fn) resume(coroutine.create(fn)) end,
+  function(fn) kept_handoffs[#kept_handoffs + 1] = fn end,
+  function() end,
+}
+local function poll_with_spawn(book)
+  local timer = book.timer
+  if not timer then return end
+  try(timer.poll, timer, chance(0.5) and random(3) or nil, pick(SPAWNS))
+  count("polls with spawn")
+end
+
+local function run_kept_handoff()
+  if #kept_handoffs == 0 then return end
+  local fn = table.remove(kept_handoffs, random(#kept_handoffs))
+  if chance(0.8) then try(fn) end
+end
+
+-- Every method of a timer and of one of its timeouts (the allocation-stress
+-- mode's finalizers call this).
+function every_method(book)
+  local timer = book.timer
+  if not timer or book.dropped then return end
+  try(timer.pending, timer)
+  try(timer.stats, timer)
+  try(timer.now, timer)
+  try(tostring, timer)
+  check_next_due(book)
+  list_timeouts(book)
+  local rec = book:random_record()
+  local t = rec and handle_of(rec)
+  if t then
+    try(t.remaining, t)
+    try(t.deadline, t)
+    try(t.is_cancelled, t)
+    try(t.is_expired, t)
+    try(t.task, t)
+    try(t.timer, t)
+    try(tostring, t)
+    if chance(0.5) then reset_record(book, rec) else book:cancel(rec, t) end
+  end
+  book:schedule_random()
+  if chance(0.3) then watch_earlier(book) end
+  if chance(0.5) then poll_with_spawn(book) else drain(book) end
+  run_kept_handoff()
+  if chance(0.05) then book:stop() end
+end
+
 -- ---- finalizers ------------------------------------------------------------
 
 local pick_finalizer_action = weighted{
   { 4, "schedule" }, { 3, "drain" }, { 1, "stop" }, { 2, "cancel" }, { 2, "new_timer" },
-  { 1, "collect" }, { 2, "timers_at_close" },
+  { 1, "collect" }, { 2, "timers_at_close" }, { alloc_stress and 20 or 2, "every_method" },
 }
 
 -- Run while lua_close runs: Lua 5.4 runs no finalizer of an object made now,
@@ -917,6 +1057,8 @@ local function finalizer_action(holder)
     for _ = 1, random(3) do made:schedule_random() end
   elseif action == "collect" then
     collectgarbage("step", 5)
+  elseif action == "every_method" then
+    every_method(book)
   end
 end
 
@@ -1127,6 +1269,15 @@ local OPERATIONS = {
         "fd() returned %s, %s", describe(fd), describe(err))
     end) },
   { 1, "deep_collect", function() if depth == 0 and chance(0.3) then deep_collect(1, 150) end end },
+  { 4, "reset", with_book(function(book) reset_record(book, book:random_record()) end) },
+  { 2, "timeouts", with_book(list_timeouts) },
+  { 1, "next_due", with_book(check_next_due) },
+  { 2, "on_earlier", with_book(watch_earlier) },
+  { 4, "poll_with_spawn", with_book(poll_with_spawn) },
+  { 2, "run_kept_handoff", run_kept_handoff },
+  { alloc_stress and 20 or 1, "finalizers_in_bulk", function()
+      for _ = 1, random(alloc_stress and 20 or 4) do new_finalizer_object() end
+    end },
 }
 
 local function enabled_operations()
@@ -1189,6 +1340,7 @@ end
 
 local function main()
   warn("@on")
+  if alloc_stress then collectgarbage("incremental", 0, 100, 1) end
   for _ = 1, random(3) + 1 do books[#books + 1] = new_book() end
   local started = hwt.now()
   local ops = 0

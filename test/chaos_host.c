@@ -20,7 +20,8 @@
  * (operations per seed), CHAOS_VERBOSE=1 (a line per seed, Lua warnings,
  * tracebacks), CHAOS_HANG_SECONDS (default 60: a seed that runs or closes
  * longer is reported as a hang and aborts), CHAOS_SCRIPT (default
- * test/chaos.lua); the script reads CHAOS_SKIP and CHAOS_STATS itself. Run
+ * test/chaos.lua); the script reads CHAOS_SKIP, CHAOS_STATS and
+ * CHAOS_ALLOC_STRESS (a collector step at every allocation) itself. Run
  * from the repository root (package.path gets lua/?.lua). Lua 5.4.
  */
 #include <pthread.h>

@@ -8,7 +8,8 @@
 #   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
-#               allocation failures, the soak, the chaos run (ASan, TSan), a real nginx with
+#               allocation failures, the soak, the chaos run (ASan, TSan; and
+#               under ASan with a collector step at every allocation), a real nginx with
 #               lua-nginx-module, hwt.jobs in nginx, a LuaRocks install, and a smoke run of
 #               the benchmark harness (bench/run.sh quick).
 # HWT_ONLY=plain|asan runs one half of `make test`.
@@ -149,7 +150,10 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/soak.lua
   if [ "$LUA" = lua5.4 ]; then
     run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-40}" "$OUT/asan/chaos_host"
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-25}" "$OUT/asan/chaos_host"
+    run_counted "chaos, a collector step at every allocation ($LUA, asan+ubsan)" env CHAOS_ALLOC_STRESS=1 \
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      CHAOS_SEED=1000000 CHAOS_SECONDS="${CHAOS_ALLOC_SECONDS:-20}" "$OUT/asan/chaos_host"
     run_counted "chaos ($LUA, tsan)" env TSAN_OPTIONS=halt_on_error=1 \
       CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-30}" "$OUT/tsan/chaos_host"
   fi
