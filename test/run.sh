@@ -1,6 +1,8 @@
 #!/bin/sh
 # Runs the hwt test suites and prints their total as "N passed, N failed".
-#   make test:  C tests, busted specs, examples, the README's example and
+#   make test:  C tests, busted specs, examples, the README's example, every
+#               code block of the docs (test/doc_blocks_test.sh: nginx ones in a
+#               real nginx when there is one) and
 #               hwt.jobs across worker processes (test/jobs_test.lua: a real
 #               redis-server) against the plain build; specs and examples plus memory
 #               scenarios under ASan+UBSan (leak detection on); the
@@ -122,6 +124,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_busted "$OUT/?.so" "busted specs ($LUA)"
   run_examples "$OUT/?.so" "examples ($LUA)"
   run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
+  run_counted "doc blocks ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/doc_blocks_test.sh
   run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
   run_counted "module exports ($LUA)" sh test/exports_test.sh "$OUT/hwt/core.so"
   run_counted "no thread for the worker ($LUA)" env LD_PRELOAD="$PWD/build/no_thread.so" \
