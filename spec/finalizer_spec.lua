@@ -110,3 +110,82 @@ describe("finalizers at the allocations of hwt's calls", function()
     assert.are.equal(1024, #all)
   end)
 end)
+
+-- Every method of a timer and of its timeouts, from finalizers run at the
+-- allocations of every call of the API, then the books: what pending()
+-- counts is what timeouts() lists, none of it cancelled, and stop() ends
+-- each timeout once.
+describe("every method from finalizers, at the allocations of every call", function()
+  after_each(function() support.collector_steps_often(false) end)
+
+  local function every_method(timer, handles)
+    local t = handles[#handles]
+    if #handles > 0 then
+      t = handles[(#handles * 7919) % #handles + 1]
+      t:remaining(); t:deadline(); t:is_cancelled(); t:is_expired(); t:task(); t:timer()
+      tostring(t)
+      if #handles % 2 == 0 then t:cancel() else pcall(t.reset, t, 0.5) end
+    end
+    pcall(timer.timeout, timer, 0.25, noop, 1, 2)
+    pcall(timer.every, timer, 0.5, noop)
+    timer:pending(); timer:stats(); timer:next_due(); tostring(timer)
+    assert(#timer:timeouts() == timer:pending())
+    timer:on_earlier(#handles % 3 == 0 and noop or nil)
+    pcall(timer.poll, timer, 1, function(fn) fn() end)
+  end
+
+  local CALLS = {
+    timeout = function(timer, handles) handles[#handles + 1] = timer:timeout(0.1, noop, "a") end,
+    every = function(timer, handles) handles[#handles + 1] = timer:every(0.2, noop) end,
+    timeouts = function(timer) return timer:timeouts() end,
+    poll = function(timer) return timer:poll() end,
+    poll_spawn = function(timer) return timer:poll(nil, function(fn) fn() end) end,
+    advance = function(timer) return timer:advance(0.25) end,
+    run_for = function(timer) return timer:run_for(0.5) end,
+    stats = function(timer) return timer:stats() end,
+    tostring = function(timer, handles) return tostring(timer) .. tostring(handles[1]) end,
+    stop = function(timer) return timer:stop() end,
+  }
+
+  -- Calls that allocate nothing: no finalizer can run inside them.
+  local ALLOCATION_FREE = {
+    cancel = function(_, handles) if handles[1] then handles[1]:cancel() end end,
+    reset = function(_, handles) if handles[2] then handles[2]:reset(0.3) end end,
+    next_due = function(timer) return timer:next_due() end,
+    on_earlier = function(timer) return timer:on_earlier(noop) end,
+  }
+  for name, call in pairs(ALLOCATION_FREE) do CALLS[name] = call end
+
+  for name, call in pairs(CALLS) do
+    it(name, function()
+      local hit = false
+      for _ = 1, ALLOCATION_FREE[name] and 1 or 20 do
+        local timer = support.manual()
+        local handles = {}
+        for i = 1, 70 do handles[i] = timer:timeout(i % 5 * 0.1, noop) end
+        local control = support.finalizers_at_next_allocations(40, function()
+          every_method(timer, handles)
+        end)
+        control.arm()
+        call(timer, handles)
+        control.armed = false
+        hit = hit or control.hits > 0
+        control.finish()
+        assert.are.equal(timer:pending(), #timer:timeouts())
+        for _, t in ipairs(timer:timeouts()) do assert.is_false(t:is_cancelled()) end
+        local pending = timer:pending()
+        local stopped = timer:stop()
+        assert.is_true(#stopped <= pending)
+        for _, t in ipairs(stopped) do assert.is_true(t:is_cancelled()) end
+        assert.are.equal(0, timer:pending())
+        if hit then break end
+      end
+      -- Elsewhere the collector steps only every kilobyte or so: a call
+      -- may make its few allocations between two steps.
+      if support.steps_at_every_allocation then
+        assert.are.equal(not ALLOCATION_FREE[name], hit, (hit and "a finalizer ran inside " or
+          "no finalizer ran inside ") .. name)
+      end
+    end)
+  end
+end)

@@ -120,6 +120,14 @@ end
 -- With `on`, the collector starts a new cycle at once and steps at every
 -- allocation (Lua 5.4) or every kilobyte or so (the others); without, the
 -- default settings again.
+-- Whether collector_steps_often makes the collector step at every
+-- allocation: only Lua 5.4 has the step size to set (its "incremental"
+-- option names the mode it leaves).
+do
+  local known, left_mode = pcall(collectgarbage, "incremental")
+  support.steps_at_every_allocation = known and type(left_mode) == "string"
+end
+
 function support.collector_steps_often(on)
   collectgarbage("setpause", on and 0 or 200)
   collectgarbage("setstepmul", on and 100 or 200)
