@@ -37,6 +37,15 @@ local function handles()
   return n
 end
 
+-- Poll handles the loop has, closing ones left out.
+local function poll_handles()
+  local n = 0
+  uv.walk(function(h)
+    if not h:is_closing() and tostring(h):match("^uv_poll_t") then n = n + 1 end
+  end)
+  return n
+end
+
 -- The delays of `scheduled` ({at, delay} each; `at` read just before the
 -- timeout() call, which reads the clock first) by deadline: 0.01, 0.02, 0.03,
 -- unless the process stalled between two calls (the first one opens the
@@ -409,6 +418,34 @@ describe("hwt.luv", function()
     assert.is_nil(ok)                            -- luv ends the process on a callback error
     assert.equals("", out)                       -- neither "hung" nor "uv.run returned"
     assert.matches("spawn refused", err)
+  end)
+
+  -- libuv refuses a second poll handle on an fd (EEXIST): here the
+  -- program's own, on timer:fd(). The driver then drives by its uv timer,
+  -- and asks for the poll handle again at each drive.
+  it("drives by its uv timer while libuv refuses the fd's poll handle, and takes the fd once it can", function()
+    local errors, ran = {}, {}
+    local timer = quiet_timer(errors)
+    local squatter = assert(uv.new_poll(timer:fd()))
+    assert(squatter:start("r", function() end))
+    local handle = assert(luv_driver.attach(timer))
+    local polls_in_second
+    timer:timeout(0.02, function()
+      ran[#ran + 1] = "first"
+      squatter:close()
+    end)
+    timer:timeout(0.1, function()
+      ran[#ran + 1] = "second"
+      polls_in_second = poll_handles()
+    end)
+    assert.equals(1, poll_handles())            -- the squatter's: none of the driver's
+    local took = run_loop()
+    assert.same({}, errors)
+    assert.same({ "first", "second" }, ran)
+    assert.is_true(took < 0.1 + LATE, "took " .. took)
+    assert.equals(1, polls_in_second)           -- the driver's, the squatter closed
+    assert.is_true(handle:detach())
+    timer:stop()
   end)
 
   it("refuses bad arguments, naming them", function()
