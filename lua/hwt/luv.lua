@@ -28,8 +28,8 @@
 --     the attachment learns that nothing can fall due any more (so uv.run()
 --     lingers at most until that deadline, never for ever).
 -- When libuv refuses the poll handle (EEXIST: another poll handle watches the
--- fd), the uv timer alone drives the timer, one tick and FALLBACK_SLACK late,
--- and each of its firings asks for the poll handle again.
+-- fd), the uv timer alone drives the timer through that busy period, one
+-- tick and FALLBACK_SLACK late; the next busy period asks for it again.
 -- When a poll, or a task handed to spawn when it returns, leaves nothing that
 -- can fall due (everything ran or was cancelled, or the timer stopped), both
 -- handles are closed: uv.run() returns, and uv.loop_close() succeeds. The
@@ -137,8 +137,9 @@ end
 local drive
 
 -- Opens the poll handle on the fd; false when libuv refuses it (EEXIST:
--- another poll handle watches the same fd). Until it opens, the fallback
--- alone drives the timer, and each of its drives tries again.
+-- another poll handle watches the same fd). The fallback alone then drives
+-- the timer until the busy period ends; the next one asks again (not each
+-- drive: luv leaks the memory of a refused uv.new_poll's handle).
 local function watch_fd(self)
   local poller = uv.new_poll(self.fd)
   if not poller then return false end
@@ -194,7 +195,6 @@ end
 function drive(self, err)
   local timer = busy[self]
   if timer == nil then return end
-  if self.poller == nil then watch_fd(self) end
   if err then
     let_go(self)
     error("hwt.luv: polling the timer's fd failed: " .. tostring(err), 0)
