@@ -20,7 +20,7 @@ local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
-local type_name, is_callable = checks.type_name, checks.is_callable
+local type_name, is_callable, hooks_of = checks.type_name, checks.is_callable, checks.hooks_of
 local backoff_options, backoff_wait = checks.backoff_options, checks.backoff_wait
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
@@ -142,12 +142,13 @@ end
 local handoff_batch = set_batch_args and batch or run_batch
 
 -- Runs up to `max` tasks of the drain, in batches of drain_batch (batch, or
--- handoff_batch); returns how many ran. Each take()
+-- handoff_batch); returns how many ran; a task's error goes to
+-- report(drain, err, timeout). Each take()
 -- first finishes the task before it, so after a failed batch every task
 -- taken but the last has returned: the drain's count of what it took tells
 -- a task's error (it took one since the last count) from a failure before a
 -- take (it took none), and counts the failed task as run.
-local function run_drain(drain, handler, max, drain_batch)
+local function run_drain(drain, handler, max, drain_batch, report)
   local ran = 0
   while ran < max do
     if set_batch_args then set_batch_args(drain, max - ran) end
@@ -161,7 +162,7 @@ local function run_drain(drain, handler, max, drain_batch)
         pcall(finish, drain)
         error(result, 0)
       end
-      report_error(drain, result, t)
+      report(drain, result, t)
       ran = taken
     end
   end
@@ -170,12 +171,12 @@ local function run_drain(drain, handler, max, drain_batch)
 end
 
 -- Hands up to `max` due timeouts to spawn(fn); returns how many it handed.
-local function spawn_all(drain, handler, max, spawn)
+local function spawn_all(drain, handler, max, spawn, report)
   local handed = 0
   while handed < max do
     local handoff = hand(drain)
     if handoff == nil then break end
-    local ok, err = pcall(spawn, function() run_drain(handoff, handler, 1, handoff_batch) end)
+    local ok, err = pcall(spawn, function() run_drain(handoff, handler, 1, handoff_batch, report) end)
     if not ok then
       unhand(handoff)                          -- back to due, unless it started
       error(err, 0)
@@ -185,6 +186,14 @@ local function spawn_all(drain, handler, max, spawn)
   return handed
 end
 
+-- Where a task's error goes: on_error; without it, to the host that drives
+-- the timer (hwt.ngx: nginx's error log), else to report_error's stderr.
+local function error_reporter(timer, has_on_error)
+  if has_on_error then return report_error end
+  local hooks = hooks_of(timer)
+  return hooks and hooks.report or report_error
+end
+
 -- Runs (or hands to spawn) up to `max` due timeouts; returns how many, or
 -- nil when `timer` is not a Timer (drain_of checks it, for poll()).
 local function drain_timer(timer, max, spawn)
@@ -192,8 +201,9 @@ local function drain_timer(timer, max, spawn)
   if drain == false then return nil end
   if drain == nil then return 0 end            -- nothing due, or stopped
   local handler = has_on_error and pass_error or traceback
-  if spawn then return spawn_all(drain, handler, max, spawn) end
-  local ran = run_drain(drain, handler, max, batch)
+  local report = error_reporter(timer, has_on_error)
+  if spawn then return spawn_all(drain, handler, max, spawn, report) end
+  local ran = run_drain(drain, handler, max, batch, report)
   recycle(drain)                               -- the next poll's, unless it raised
   return ran
 end
@@ -461,9 +471,27 @@ if not isyieldable then
   end
 end
 
+-- Under a host with a sleep of its own (hwt.ngx: ngx.sleep), a yield
+-- belongs to the host's scheduler, not to a poll() of this timer: the host
+-- sleeps, and a stop made meanwhile shows when it wakes.
+local function host_sleep(timer, sleep, seconds)
+  if is_stopped(timer) then return nil, "timer is stopped" end
+  sleep(seconds)
+  if is_stopped(timer) then return nil, "timer is stopped" end
+  return true
+end
+
 function Timer:sleep(seconds)
   if not is_timer(self) then
     error("bad argument #1 to 'sleep' (hwt.Timer expected, got " .. type(self) .. ")", 2)
+  end
+  local hooks = hooks_of(self)
+  if hooks and hooks.sleep then
+    seconds = number_arg(seconds, 1, "sleep")
+    if not (seconds >= 0 and seconds < huge) then
+      arg_error(1, "sleep", "seconds must be a finite number >= 0")
+    end
+    return host_sleep(self, hooks.sleep, seconds)
   end
   local co, is_main = coroutine.running()
   if co == nil or is_main then

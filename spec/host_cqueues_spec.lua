@@ -271,6 +271,30 @@ describe("hwt.cqueues", function()
     timer:stop()
   end)
 
+  -- controller:close() drops the driver coroutine where it waits, and a
+  -- closed controller refuses controller:wrap().
+  it("reports an arming after its controller was closed, rather than believing it drives", function()
+    local errors, ran = {}, 0
+    local cq, timer = cqueues.new(), quiet_timer(errors)
+    local handle = assert(cq_driver.attach(timer, cq))
+    timer:timeout(0.05, function() ran = ran + 1 end)
+    assert(cq:step(0))                          -- the driver waits for the fd
+    cq:close()
+    timer:timeout(0.01, function() ran = ran + 1 end)
+    assert.equals(1, #errors)
+    assert.matches("hwt.cqueues: cannot start the driver: .*cqueue closed", errors[1])
+    timer:timeout(0.005, function() ran = ran + 1 end)
+    assert.equals(2, #errors)                   -- each arming tries again
+    assert.is_true(handle:detach())
+    local fresh = cqueues.new()
+    local again = assert(cq_driver.attach(timer, fresh))
+    run_controller(fresh)
+    assert.equals(3, ran)                       -- nothing was lost
+    assert.same(2, #errors)
+    again:detach()
+    timer:stop()
+  end)
+
   it("refuses bad arguments, naming them", function()
     local function attach_error(...)
       local ok, err = pcall(cq_driver.attach, ...)

@@ -411,6 +411,45 @@ describe("hwt.luv", function()
     assert.matches("spawn refused", err)
   end)
 
+  -- libuv refuses a second poll handle on an fd (EEXIST): here the
+  -- program's own, on timer:fd(). The driver then drives by its uv timer
+  -- through that busy period, and asks again in the next. In a child without
+  -- leak detection: luv leaks the handle of a refused uv.new_poll.
+  it("drives by its uv timer while libuv refuses the fd's poll handle, and takes the fd once it can (a fresh process)", function()
+    local out, err, ok = support.run_child([[
+      local uv, hwt = require("luv"), require("hwt")
+      local errors, ran = {}, {}
+      local timer = hwt.new({ tick = 0.005, on_error = function(e) errors[#errors + 1] = tostring(e) end })
+      local function poll_handles()
+        local n = 0
+        uv.walk(function(h)
+          if not h:is_closing() and tostring(h):match("^uv_poll_t") then n = n + 1 end
+        end)
+        return n
+      end
+      local squatter = assert(uv.new_poll(timer:fd()))
+      assert(squatter:start("r", function() end))
+      local handle = assert(require("hwt.luv").attach(timer))
+      timer:timeout(0.02, function()
+        ran[#ran + 1] = "first, poll handles " .. poll_handles()
+        squatter:close()
+      end)
+      local watchdog = uv.new_timer()
+      watchdog:start(5000, 0, function() print("hung"); os.exit(3) end)
+      watchdog:unref()
+      uv.run()
+      timer:timeout(0.02, function() ran[#ran + 1] = "second, poll handles " .. poll_handles() end)
+      uv.run()
+      watchdog:close()
+      handle:detach()
+      timer:stop()
+      uv.run()                     -- the close callbacks
+      print(table.concat(ran, "; ") .. "; errors " .. #errors)
+    ]], "ASAN_OPTIONS=detect_leaks=0")
+    assert.equals("first, poll handles 1; second, poll handles 1; errors 0\n", out, err)
+    assert.is_true(ok, err)
+  end)
+
   it("refuses bad arguments, naming them", function()
     local function attach_error(...)
       local ok, err = pcall(luv_driver.attach, ...)

@@ -46,12 +46,14 @@ function support.threads_settle(at_most, limit)
   return n
 end
 
--- Runs `code` in a child interpreter that loads this very build of hwt.
+-- Runs `code` in a child interpreter that loads this very build of hwt,
+-- with `environment` ("NAME=value ...", optional) added to its own.
 -- Returns stdout, stderr, and the three results close() gives on 5.2+
 -- (ok, "exit" or "signal", code); the shell reports them, so that they are
 -- the same on 5.1 and LuaJIT, whose close() returns only true.
-function support.run_child(code)
+function support.run_child(code, environment)
   local lua = compat.interpreter()
+  if environment then lua = "env " .. environment .. " " .. lua end
   local script, errfile = os.tmpname(), os.tmpname()
   local f = assert(io.open(script, "w"))
   f:write(("package.path = %q\npackage.cpath = %q\n"):format(package.path, package.cpath))

@@ -351,14 +351,18 @@ compare_options("hwt.ngx.Options", { concurrency = 1, on_exit = nop }, function(
 end)
 
 compare_driver("hwt.ngx", "hwt.ngx.Driver", function(M)
-  -- A stub of what start() uses: ngx.timer.at (the wake), ngx.thread, ngx.log.
+  -- A stub of what attach() uses: ngx.timer.at (the wake), ngx.thread,
+  -- ngx.log, lua-resty-core's ngx.semaphore (the watch).
   local saved = rawget(_G, "ngx")
+  local saved_semaphore = package.loaded["ngx.semaphore"]
   local stub = { ERR = 4, log = nop, timer = { at = function() return true end },
     thread = { spawn = function() end } }
   rawset(_G, "ngx", stub)
+  package.loaded["ngx.semaphore"] = { new = function() return { post = nop, wait = nop } end }
   local timer = hwt.new()
-  local ok, driver, err = pcall(M.start, timer)
+  local ok, driver, err = pcall(M.attach, timer)
   rawset(_G, "ngx", saved)
+  package.loaded["ngx.semaphore"] = saved_semaphore
   if not ok or not driver then
     timer:stop()
     return nil, ok and err or driver

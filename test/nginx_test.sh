@@ -233,4 +233,121 @@ fi
 
 expect_clean_log "error.log has no error/crit/alert/emerg/panic lines"
 
+# ---- hwt.ngx against nginx's limits, and in its tasks (issue 42) ----------------
+# A second nginx (test/nginx_driver/): lua_max_running_timers 16,
+# lua_max_pending_timers 16, worker_connections 64. Its log has nginx's
+# alerts by design; the checks read it line by line.
+DRIVER_DIR=$ROOT/test/nginx_driver
+LOG=$prefix/logs/error.log
+mv "$LOG" "$prefix/logs/example-error.log"
+driver_up() {
+  # shellcheck disable=SC2119  # no port to avoid
+  port=$(pick_port) || give_up "no free port found in 20000-49999"
+  write_conf "$DRIVER_DIR/nginx.conf" -e "s|@TEST_DIR@|$DRIVER_DIR|g"
+  start_nginx /ready ready
+}
+
+# wait_for_match PATH REGEX SECONDS: polls PATH until its body matches REGEX
+# (grep -E); the body is left in $body.
+wait_for_match() {
+  deadline=$(($(date +%s) + $3))
+  while :; do
+    body=$(get "$1") || return 1
+    echo "$body" | grep -Eq "$2" && return 0
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    nap 0.2
+  done
+}
+
+# ms_in TEXT: the number before " ms" in TEXT.
+ms_in() { echo "$1" | sed -n 's/.* \([0-9-][0-9]*\) ms.*/\1/p'; }
+
+# A due task starts within 1 s of nginx having room again, plus the tick
+# (10 ms) and this machine's scheduling jitter.
+ROOM_MS=1100
+
+# log_lines REGEX: how many lines of the log match.
+log_lines() { grep -Ec "$1" "$LOG"; }
+
+if start_retrying driver_up stop_nginx "$LOG"; then
+  pass "a second nginx with low limits starts on 127.0.0.1:$port (pid $ngx_pid)"
+
+  get '/sleep_task?seconds=0.2' >/dev/null
+  if wait_for_match '/report?name=sleep_task' '^returned' 3; then
+    expect_eq "timer:sleep() in a task returns true" "true" "$(echo "$body" | cut -d' ' -f2)"
+    expect_ge "timer:sleep(0.2) in a task sleeps, ms" 190 "$(ms_in "$body")"
+  else
+    fail "timer:sleep() in a task returns (got '$body')"
+  fi
+
+  get '/failing_task?word=boom-42' >/dev/null
+  nap 0.3
+  if grep -Eq '\[error\].*hwt: timer task failed: .*boom-42' "$LOG" &&
+     grep -A3 'boom-42' "$LOG" | grep -q 'stack traceback'; then
+    pass "a task error with no on_error is in error.log at level error, with its traceback"
+  else
+    fail "a task error with no on_error is in error.log at level error, with its traceback:"
+    grep -B1 -A3 'boom-42' "$LOG" | head -n 6 | sed 's/^/    /'
+  fi
+
+  expect_eq "driver:stop() in the first of 5 tasks due together: the others stay pending, and run once attached again" \
+    "ran 1 pending 4; attached again: ran 5" "$(get /stop_in_task)"
+  surface=$(get /surface)
+  if echo "$surface" | grep -q "^detach true, then stop false; start again, stop true; .*bad argument #2 to 'attach' (unknown option 'concurency')"; then
+    pass "attach/detach are start/stop's other names"
+  else
+    fail "attach/detach are start/stop's other names (got '$surface')"
+  fi
+
+  # The issue's reproduction: 400 tasks in ngx.sleep, lua_max_running_timers 16.
+  refusals_before=$(log_lines 'hwt\.ngx: nginx refused a wake')
+  expect_eq "/sleepers: 400 tasks due over 0.4 s, each in ngx.sleep(1)" "scheduled 400" \
+    "$(get '/sleepers?n=400&sleep=1&spread=0.4')"
+  nap 0.6
+  expect_eq "/fresh: a 0.1 s timeout while nginx drops wakes" "scheduled" "$(get '/fresh?delay=0.1')"
+  if wait_for_match /sleepers_report '^finished 400 of 400' 10; then
+    pass "all 400 tasks ran once nginx had room (lua_max_running_timers 16)"
+    expect_le "the first task after room started within 1 s plus the tick, ms" "$ROOM_MS" "$(ms_in "$body")"
+  else
+    fail "all 400 tasks ran once nginx had room (lua_max_running_timers 16) (got '$body')"
+  fi
+  fresh=$(get '/report?name=fresh')
+  if echo "$fresh" | grep -q '^ran'; then
+    pass "the fresh 0.1 s timeout ran ($fresh)"
+  else
+    fail "the fresh 0.1 s timeout ran (got '$fresh')"
+  fi
+  expect_le "the outage logged few lines of hwt.ngx's (refusals, then wakes run again)" 2 \
+    $(($(log_lines 'hwt\.ngx: nginx refused a wake') - refusals_before))
+
+  filled=$(get '/fill_pending?delay=1.5')
+  expect_eq "/fill_pending: ngx.timer.at until lua_max_pending_timers" "until: too many pending timers" \
+    "$(echo "$filled" | sed 's/^filled [0-9]* //')"
+  if wait_for_match '/report?name=pending' '^ran' 4; then
+    expect_le "a timeout armed while ngx.timer.at refused ran within 1 s plus the tick of room, ms" \
+      "$ROOM_MS" "$(ms_in "$body")"
+  else
+    fail "a timeout armed while ngx.timer.at refused ran (got '$body')"
+  fi
+
+  held=$(get '/exhaust?hold=1.5')
+  if echo "$held" | grep -q '^held [0-9]'; then pass "/exhaust used up worker_connections ($held)"; else fail "/exhaust used up worker_connections (got '$held')"; fi
+  if wait_for_match '/report?name=connections' '^ran' 4; then
+    expect_le "a timeout due while worker_connections were used up ran within 1 s plus the tick of room, ms" \
+      "$ROOM_MS" "$(ms_in "$body")"
+  else
+    fail "a timeout due while worker_connections were used up ran (got '$body')"
+  fi
+
+  stop_nginx QUIT
+  if [ "$stopped" = yes ]; then pass "the second nginx stops on SIGQUIT within 5 s"; else fail "the second nginx stops on SIGQUIT within 5 s (killed)"; fi
+  if grep -q "exited on signal" "$LOG"; then
+    fail "no worker of the second nginx killed by a signal: $(grep "exited on signal" "$LOG" | head -n 1)"
+  else
+    pass "no worker of the second nginx killed by a signal"
+  fi
+else
+  fail "a second nginx with low limits starts on 127.0.0.1:$port"
+fi
+
 finish

@@ -160,11 +160,20 @@ local function start_driver(self, timer)
   return ok, err
 end
 
+-- Whether the controller was closed (controller:close() drops its
+-- coroutines, the driver's too, without a word).
+local function is_closed(controller)
+  return not pcall(controller.count, controller)
+end
+
 -- The timer's on_earlier watcher: something now falls due. A running
--- driver needs nothing: the fd wakes it when that is due.
+-- driver needs nothing: the fd wakes it when that is due; one that its
+-- closed controller dropped is started again, and that refusal reported.
 local function earlier(self)
   local timer = self.ref.timer                  -- alive: it is calling us
-  if not self.attached or timer == nil or self.driving then return end
+  if not self.attached or timer == nil then return end
+  if self.driving and is_closed(self.controller) then self.driving = false end
+  if self.driving then return end
   local ok, err = start_driver(self, timer)
   if not ok then
     timer:on_earlier(self.on_earlier)           -- forget what it was told: the next arming retries

@@ -4,9 +4,11 @@
 -- so a timer has one driver).
 local M = {}
 
--- Timers that have a driver attached (weak keys: values are plain true, so
--- that nothing here keeps a timer alive, on 5.1 and LuaJIT too).
+-- Timers that have a driver attached, each with its host's hooks (weak keys;
+-- a hooks table refers to no timer, so that nothing here keeps a timer
+-- alive, on 5.1 and LuaJIT too, which have no ephemerons).
 local attached = setmetatable({}, { __mode = "k" })
+local NO_HOOKS = {}
 
 function M.type_name(value)
   local mt = getmetatable(value)
@@ -79,9 +81,15 @@ function M.backoff_wait(o, retry_number)
   return math.min(wait, o.max_delay)
 end
 
-function M.attach(timer) attached[timer] = true end
+-- Records `timer` as driven. `hooks` (optional) holds what the host does
+-- in hwt's place: sleep(seconds) for timer:sleep(), report(err) for a task
+-- error on a timer with no on_error. They must not refer to the timer.
+function M.attach(timer, hooks) attached[timer] = hooks or NO_HOOKS end
 
--- Lets go of the timer: no longer attached, its watcher cleared.
+-- The hooks of the host driving `timer`, or nil when no driver is attached.
+function M.hooks_of(timer) return attached[timer] end
+
+-- Lets go of the timer: no longer attached, its watcher removed.
 function M.release(timer)
   attached[timer] = nil
   timer:on_earlier(nil)

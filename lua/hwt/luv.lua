@@ -27,6 +27,9 @@
 --     made outside the tasks (a task's are seen when it returns), it is how
 --     the attachment learns that nothing can fall due any more (so uv.run()
 --     lingers at most until that deadline, never for ever).
+-- When libuv refuses the poll handle (EEXIST: another poll handle watches the
+-- fd), the uv timer alone drives the timer through that busy period, one
+-- tick and FALLBACK_SLACK late; the next busy period asks for it again.
 -- When a poll, or a task handed to spawn when it returns, leaves nothing that
 -- can fall due (everything ran or was cancelled, or the timer stopped), both
 -- handles are closed: uv.run() returns, and uv.loop_close() succeeds. The
@@ -133,26 +136,35 @@ end
 
 local drive
 
--- Starts a busy period: a poll handle on the fd and the fallback timer.
-local function go_busy(self, timer)
-  local poller, err = uv.new_poll(self.fd)
-  if not poller then return nil, err end
-  local fallback
-  fallback, err = uv.new_timer()
-  if not fallback then
+-- Opens the poll handle on the fd; false when libuv refuses it (EEXIST:
+-- another poll handle watches the same fd). The fallback alone then drives
+-- the timer until the busy period ends; the next one asks again (not each
+-- drive: luv leaks the memory of a refused uv.new_poll's handle).
+local function watch_fd(self)
+  local poller = uv.new_poll(self.fd)
+  if not poller then return false end
+  if not poller:start("r", function(poll_err) drive(self, poll_err) end) then
     poller:close()
-    return nil, err
+    return false
   end
+  self.poller = poller
+  return true
+end
+
+-- Starts a busy period: the fallback timer, and a poll handle on the fd
+-- when libuv gives one.
+local function go_busy(self, timer)
+  local fallback, err = uv.new_timer()
+  if not fallback then return nil, err end
   local ok
-  ok, err = poller:start("r", function(poll_err) drive(self, poll_err) end)
-  if ok then ok, err = fallback:start(1000, 1000, function() drive(self) end) end
+  ok, err = fallback:start(1000, 1000, function() drive(self) end)
   if not ok then
-    poller:close()
     fallback:close()
     return nil, err
   end
-  self.poller, self.fallback = poller, fallback
+  self.fallback = fallback
   busy[self] = timer
+  watch_fd(self)
   return true
 end
 
@@ -203,7 +215,7 @@ local function earlier(self, due_in)
     local ok, err = go_busy(self, timer)
     if not ok then
       timer:on_earlier(self.on_earlier)         -- forget what it was told: the next arming retries
-      error("hwt.luv: cannot watch the timer's fd: " .. tostring(err), 0)
+      error("hwt.luv: cannot start a uv timer: " .. tostring(err), 0)
     end
   end
   arm_fallback(self, due_in)
@@ -230,7 +242,7 @@ function M.attach(timer, opts)
     ok, err = go_busy(self, timer)
     if not ok then
       let_go(self)
-      return nil, "hwt.luv: cannot watch the timer's fd: " .. tostring(err)
+      return nil, "hwt.luv: cannot start a uv timer: " .. tostring(err)
     end
     arm_fallback(self, due_in)
   end
