@@ -31,7 +31,6 @@ local M = {}
 local huge = math.huge
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
 local unpack = table.unpack or unpack
-local tointeger = math.tointeger or function() return nil end
 
 local MICRO = 1e6
 
@@ -217,48 +216,24 @@ local function eval(q, script, keys, ...)
   return nil, "redis: " .. reply_err
 end
 
--- ---- payloads ----------------------------------------------------------
--- lua-cjson keeps 14 significant digits and turns sparse arrays into nulls:
--- a payload is accepted only if it comes back from JSON unchanged, so that a
--- handler never gets anything but what was scheduled. Integral numbers come
--- back as integers on Lua 5.3 and later.
-
-local function same(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  for key, value in pairs(a) do
-    if not same(value, b[key]) then return false end
-  end
-  for key in pairs(b) do
-    if a[key] == nil then return false end
-  end
-  return true
-end
-
-local function integers(value)
-  if type(value) == "table" then
-    for key, field in pairs(value) do value[key] = integers(field) end
-    return value
-  end
-  return type(value) == "number" and tointeger(value) or value
-end
+-- ---- jobs as JSON ------------------------------------------------------
+-- { "name": ..., "payload": ... } through hwt.json: a payload comes back
+-- equal, every number included, or schedule() refuses it.
 
 local function encode(codec, name, payload)
-  local ok, json = pcall(codec.encode, { name = name, payload = payload })
-  if not ok then return nil, tostring(json) end
-  local back_ok, back = pcall(codec.decode, json)
-  if not back_ok or not same(payload, back.payload) then
-    return nil, "it does not survive a JSON round trip (numbers of more than 14 digits, "
-      .. "sparse arrays, non-string keys?)"
-  end
-  return json
+  local fields = '{"name":' .. codec.encode(name, "name")
+  if payload == nil then return fields .. "}" end
+  local json, why = codec.encode(payload, "payload", 1)
+  if not json then return nil, why end
+  return fields .. ',"payload":' .. json .. "}"
 end
 
 local function decode(codec, json)
-  local ok, job = pcall(codec.decode, json)
-  if not ok or type(job) ~= "table" or type(job.name) ~= "string" then
-    return nil, "malformed job: " .. (ok and "no name" or tostring(job))
+  local job, why = codec.decode(json)
+  if type(job) ~= "table" or type(job.name) ~= "string" then
+    return nil, "malformed job: " .. (job == nil and why or "no name")
   end
-  return job.name, integers(job.payload)
+  return job.name, job.payload
 end
 
 -- ---- options ------------------------------------------------------------
@@ -346,11 +321,10 @@ end
 function M.redis(opts)
   local checked, o = pcall(check_options, opts)
   if not checked then error(o, 2) end
-  local cjson = require("cjson")
   local k = keys_of(opts.key)
   return setmetatable({
     timer = opts.timer, connect = opts.connect, release = opts.release,
-    on_error = opts.on_error, codec = cjson.new and cjson.new() or cjson,
+    on_error = opts.on_error, codec = require("hwt.json"),
     lease = o.lease, poll_interval = o.poll_interval, concurrency = o.concurrency,
     retry = o.retry,
     handlers = {},
