@@ -20,17 +20,24 @@ local function fresh_key()
   return "spec:jobs:" .. key_number
 end
 
+-- A redis-lua client of `on` (default: the spec's server) that gives up
+-- waiting for a reply after `timeout` seconds (default 1).
+local function connect_to(on, timeout)
+  return redis_server.redis.connect({ host = "127.0.0.1", port = (on or server).port, timeout = timeout or 1 })
+end
+
 -- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
--- real-clock timer: q, timer, the errors it reported, its key.
+-- real-clock timer: q, timer, the errors it reported, its key. opts.module:
+-- another instance of hwt.jobs; opts.timeout: the client's; opts.connect,
+-- opts.release: the queue's.
 local function new_queue(opts)
   opts = opts or {}
-  local on = opts.server or server
   local timer = opts.timer or hwt.new({ tick = TICK })
   local errors = {}
   local key = opts.key or fresh_key()
-  local q = jobs.redis({
-    timer = timer, key = key,
-    connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = on.port, timeout = 1 }) end,
+  local q = (opts.module or jobs).redis({
+    timer = timer, key = key, release = opts.release,
+    connect = opts.connect or function() return connect_to(opts.server, opts.timeout) end,
     poll_interval = opts.poll_interval or 0.2, lease = opts.lease or 5,
     retry = opts.retry or { retries = 2, delay = 0.05 },
     on_error = function(err, job) errors[#errors + 1] = { err = err, job = job } end,
@@ -65,6 +72,24 @@ local function redis_count(command, key)
   local n = tonumber(client[command](client, key))
   client:quit()
   return n
+end
+
+-- A new instance of hwt.jobs, whose process-wide state (the scripts' SHA1s)
+-- is as in a process that has not called Redis yet.
+local function fresh_jobs_module()
+  package.loaded["hwt.jobs"] = nil
+  local fresh = require("hwt.jobs")
+  package.loaded["hwt.jobs"] = jobs
+  return fresh
+end
+
+-- Makes Redis stall for `seconds` (DEBUG SLEEP, sent without waiting for
+-- its reply); returns once it sleeps.
+local function stall(on, seconds)
+  local sleeper = assert(socket.connect("127.0.0.1", on.port))
+  assert(sleeper:send(("DEBUG SLEEP %s\r\n"):format(seconds)))
+  socket.sleep(0.05)
+  return sleeper
 end
 
 local function expect_error(pattern, fn, ...)
@@ -441,17 +466,21 @@ describe("hwt.jobs", function()
       timer:stop()
     end)
 
-    it("returns Redis' error replies as nil, err", function()
+    it("returns Redis' error replies as nil, err, 'refused', having written nothing", function()
       local q, timer, _, key = new_queue()
       local client = assert(server:connect())
       client:set("{" .. key .. "}:due", "not a sorted set")
       client:quit()
-      local id, err = q:schedule("x", 1)
+      local id, err, kind = q:schedule("x", 1)
       assert.is_nil(id)
       assert.matches("WRONGTYPE", err)
-      local cancelled, cancel_err = q:cancel("1")
+      assert.equals("refused", kind)
+      assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
+      assert.is_nil(redis_count("get", "{" .. key .. "}:seq"))       -- no id was drawn either
+      local cancelled, cancel_err, cancel_kind = q:cancel("1")
       assert.is_nil(cancelled)
       assert.matches("WRONGTYPE", cancel_err)
+      assert.equals("refused", cancel_kind)
       timer:stop()
     end)
 
@@ -462,9 +491,13 @@ describe("hwt.jobs", function()
       assert(q:start())
       assert(q:schedule("later", 0.5))
       own:stop("TERM")
-      local id, err = q:schedule("later", 0)
+      local id, err, kind = q:schedule("later", 0)     -- sent on the client that Redis closed
       assert.is_nil(id)
       assert.matches("redis", err)
+      assert.equals("unknown", kind)
+      local _, connect_err, connect_kind = q:schedule("later", 0)
+      assert.matches("cannot connect", connect_err)
+      assert.equals("refused", connect_kind)
       timer:run_for(1)
       assert.equals(0, ran())
       local outages = q:stats().redis_errors
@@ -477,6 +510,84 @@ describe("hwt.jobs", function()
       assert.equals(1, ran())               -- the refused schedule() wrote nothing
       timer:stop()
       own:destroy()
+    end)
+  end)
+
+  describe("Redis replies that do not match the request (issue 42)", function()
+    it("a stalled SCRIPT LOAD: schedule() is refused, writes nothing, and the next call gets its own reply", function()
+      local q, timer, _, key = new_queue({ module = fresh_jobs_module(), timeout = 0.5 })
+      local sleeper = stall(server, 0.75)
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id, "took another command's reply as its id: " .. tostring(id))
+      assert.matches("SCRIPT LOAD", err)
+      assert.equals("refused", kind)
+      local next_id = assert(q:schedule("x", 60))
+      assert.matches("^%d+$", next_id)
+      assert.equals(1, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.is_true(q:cancel(next_id))
+      assert.is_false(q:cancel(next_id))
+      sleeper:close()
+      timer:stop()
+    end)
+
+    it("a late reply: 'unknown', the request did run, and the next call gets its own reply", function()
+      local q, timer, _, key = new_queue({ timeout = 0.5 })
+      assert(q:schedule("x", 60))          -- the script is loaded: the stall meets EVALSHA
+      local sleeper = stall(server, 0.75)
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id)
+      assert.matches("timeout", err)
+      assert.equals("unknown", kind)
+      local next_id = assert(q:schedule("x", 60))
+      assert.equals(3, redis_count("zcard", "{" .. key .. "}:due"))   -- the late one too
+      assert.is_true(q:cancel(next_id))    -- each reply is its own request's
+      assert.is_false(q:cancel(next_id))
+      sleeper:close()
+      timer:stop()
+    end)
+
+    it("a lost reply (Redis killed under the request): 'unknown', and the next call connects again", function()
+      local own = redis_server.start()
+      local q, timer, _, key = new_queue({ server = own, timeout = 2 })
+      assert(q:schedule("x", 60))
+      local sleeper = stall(own, 1)
+      redis_server.execute(("(sleep 0.2; kill -KILL %d) >/dev/null 2>&1 &"):format(own.pid))
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id)
+      assert.matches("closed", err)
+      assert.equals("unknown", kind)
+      sleeper:close()
+      own:stop("KILL")
+      own:start()
+      assert(q:schedule("x", 60))
+      local client = assert(own:connect())
+      assert.equals(1, tonumber(client:zcard("{" .. key .. "}:due")))
+      client:quit()
+      timer:stop()
+      own:destroy()
+    end)
+
+    it("someone else's reply (a client handed over owing one): 'unknown', never taken as the answer", function()
+      local warm = new_queue()
+      assert(warm:schedule("x", 60))       -- the script is loaded: the first call is EVALSHA
+      local owing = true
+      local q, timer, _, key = new_queue({ connect = function()
+        local client = connect_to()
+        if owing then                       -- INCR sent, its reply left unread
+          owing = false
+          client.network.socket:send("*2\r\n$4\r\nINCR\r\n$9\r\nsomewhere\r\n")
+        end
+        return client
+      end })
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id, "took another command's reply as its id: " .. tostring(id))
+      assert.matches("not this request's", err)
+      assert.equals("unknown", kind)
+      local next_id = assert(q:schedule("x", 60))
+      assert.equals(2, redis_count("zcard", "{" .. key .. "}:due"))   -- the first one ran too
+      assert.is_true(q:cancel(next_id))
+      assert.is_false(q:cancel(next_id))
+      timer:stop()
     end)
   end)
 end)

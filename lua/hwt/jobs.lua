@@ -11,9 +11,9 @@
 -- otherwise asks Redis once per `poll_interval`: that bounds how late a job
 -- scheduled by another process starts. A claim is a lease: a worker that dies
 -- holding a job loses it after `lease` seconds and another runs it (at least
--- once). Every Redis change is one Lua script, so it happens whole or not at
--- all. Times in Redis are the Redis server's clock (TIME), in microseconds,
--- so the workers' clocks never have to agree.
+-- once). Every Redis change is one Lua script that checks before it writes,
+-- so it happens whole or not at all. Times in Redis are the Redis server's
+-- clock (TIME), in microseconds, so the workers' clocks never have to agree.
 --
 -- Keys (one hash slot, "{key}", so that Redis Cluster can run the scripts):
 --   {key}:due     sorted set, id -> due time; a claimed job's score is the
@@ -43,30 +43,44 @@ local DEFAULTS = { lease = 30, poll_interval = 1, concurrency = 32 }
 local FIRST_RECONNECT_WAIT = 0.1
 local OUTCOME_FIELDS = 5        -- id, token, kind, wait, error
 
--- The scripts run in Redis (Lua 5.1 there). string.format("%.0f") keeps all
--- the digits of a microsecond time, which tostring() would round.
-local NOW = [[
+-- The scripts run in Redis (Lua 5.1 there). Each begins with PRELUDE:
+-- the time (string.format("%.0f") keeps all the digits of a microsecond
+-- time, which tostring() would round), and a check of every key's type.
+-- Redis keeps what a script wrote before a command of it failed, so each
+-- script checks first and writes after: an error reply means that nothing
+-- was written. Each answers { tag, result }: the tag is the request's last
+-- argument, so that a reply is known to answer this request.
+local PRELUDE = [[
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local function score(us) return string.format('%.0f', us) end
+local function answer(result) return { ARGV[#ARGV], result } end
+local TYPES = { due = 'zset', dead = 'zset', jobs = 'hash', tries = 'hash', claims = 'hash',
+                errors = 'hash', seq = 'string' }
+for _, key in ipairs(KEYS) do
+  local held, wanted = redis.call('TYPE', key).ok, TYPES[string.match(key, '[^:]+$')]
+  if held ~= 'none' and held ~= wanted then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. held .. ', not a ' .. wanted)
+  end
+end
 ]]
 
-local SCHEDULE = NOW .. [[
+local SCHEDULE = PRELUDE .. [[
 local id = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], id, ARGV[1])
 redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), id)
-return id
+return answer(id)
 ]]
 
 -- A claimed job is running somewhere: cancel cannot promise it never runs.
-local CANCEL = [[
+local CANCEL = PRELUDE .. [[
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[3], id) == 1 then return 0 end
-if redis.call('ZREM', KEYS[1], id) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[3], id) == 1 then return answer(0) end
+if redis.call('ZREM', KEYS[1], id) == 0 then return answer(0) end
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('HDEL', KEYS[5], id)
-return 1
+return answer(1)
 ]]
 
 -- Settles the outcomes the worker sends (done; retry after a wait; dead;
@@ -74,7 +88,7 @@ return 1
 -- settled, a resent outcome; -1: the lease was lost, another claim holds it. Then
 -- claims up to ARGV[1] due jobs for ARGV[2] µs, and tells how long until the
 -- next job is due (-1: none).
-local PUMP = NOW .. [[
+local PUMP = PRELUDE .. [[
 local due, jobs, tries, claims, errors, dead, seq = unpack(KEYS)
 local settled = {}
 for i = 0, tonumber(ARGV[3]) - 1 do
@@ -121,10 +135,10 @@ end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local next_in = -1
 if first[2] then next_in = math.max(0, tonumber(first[2]) - now) end
-return { settled, claimed, next_in }
+return answer({ settled, claimed, next_in })
 ]]
 
-local DEAD_LIST = [[
+local DEAD_LIST = PRELUDE .. [[
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ids, 2 do
@@ -132,24 +146,30 @@ for i = 1, #ids, 2 do
   out[#out + 1] = { id, redis.call('HGET', KEYS[2], id) or '', redis.call('HGET', KEYS[4], id) or '',
                     redis.call('HGET', KEYS[3], id) or 0 }
 end
-return out
+return answer(out)
 ]]
 
-local REQUEUE = NOW .. [[
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+local REQUEUE = PRELUDE .. [[
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return answer(0) end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
-return 1
+return answer(1)
 ]]
 
 -- ---- the adapter: the only code that knows a Redis client --------------
 -- A client is whatever `connect()` returns: redis-lua (raises on errors) or
--- lua-resty-redis (returns nil, err). A client whose call failed is closed,
--- never reused. Without `release` the queue keeps one idle client for the
--- next call; with it, each call's client is handed back (in OpenResty:
--- `release = function(red) red:set_keepalive(10000, 32) end`, because a
--- cosocket cannot outlive the light thread that made it).
+-- lua-resty-redis (returns nil, err). A client whose call failed or timed
+-- out is closed, never reused: a reply it still owes would be read as the
+-- answer to the next request. Without `release` the queue keeps one idle
+-- client for the next call; with it, each call's client is handed back (in
+-- OpenResty: `release = function(red) red:set_keepalive(10000, 32) end`,
+-- because a cosocket cannot outlive the light thread that made it).
+--
+-- A failed request is REFUSED when Redis did not run it (no connection,
+-- SCRIPT LOAD failed, an error reply), UNKNOWN when it may have run (the
+-- connection failed or timed out after sending it; a reply that is not its).
+local REFUSED, UNKNOWN = "refused", "unknown"
 
 local function close_quietly(client)
   local close = client.close or client.quit
@@ -178,42 +198,81 @@ local function hand_back(q, client)
   end
 end
 
--- client:command(...) for either client: the reply, or nil and the error
--- (lua-resty-redis answers an error reply with false, err; redis-lua raises).
+-- client:command(...) for either client: the reply; or nil, the error, and
+-- true when it is an error reply (Redis answered, with the whole reply:
+-- lua-resty-redis returns false, err for it; redis-lua raises "redis
+-- error: ..." for it and other errors when the connection fails).
 local function call(client, command, ...)
   local ok, reply, err = pcall(client[command], client, ...)
-  if ok and reply then return reply end
-  return nil, tostring(ok and err or reply)
+  if not ok then
+    local message = tostring(reply)
+    return nil, message, message:find("redis error: ", 1, true) ~= nil
+  end
+  if reply == nil or reply == false then return nil, tostring(err), reply == false end
+  return reply
 end
 
 local script_shas = {}          -- script -> its SHA1, from SCRIPT LOAD
+local SHA1 = "^" .. ("%x"):rep(40) .. "$"
 
--- EVALSHA, so that the script's text crosses the network once per process;
--- EVAL where Redis does not have it (restarted, flushed), which loads it.
-local function run_script(client, script, args)
-  local sha = script_shas[script]
-  if sha then
-    local reply, err = call(client, "evalsha", sha, unpack(args))
-    if reply or not err:find("NOSCRIPT", 1, true) then return reply, err end
-  else
-    script_shas[script] = call(client, "script", "load", script)
+-- The script's SHA1, loaded through `client` the first time; or nil and why.
+local function script_sha(client, script)
+  if script_shas[script] then return script_shas[script] end
+  local sha, err = call(client, "script", "load", script)
+  if sha == nil then return nil, err end
+  if type(sha) ~= "string" or not sha:match(SHA1) then
+    return nil, "a reply that is not SCRIPT LOAD's: " .. tostring(sha)
   end
-  return call(client, "eval", script, unpack(args))
+  script_shas[script] = sha
+  return sha
 end
 
--- Runs one script; returns its reply, or nil and a message.
+local tags = 0                  -- requests tagged by this process
+
+local function new_tag()
+  tags = tags + 1
+  return ("%.0f"):format(tags)
+end
+
+-- The result in a script's reply { tag, result }; or nil and why not.
+local function untag(reply, tag)
+  if type(reply) == "table" and reply[1] == tag and reply[2] ~= nil then return reply[2] end
+  local shown = type(reply) == "table" and "a table, tag " .. tostring(reply[1]) or tostring(reply)
+  return nil, "a reply that is not this request's (" .. shown .. ", not tag " .. tag .. ")"
+end
+
+-- EVALSHA, so that the script's text crosses the network once per process;
+-- EVAL where Redis does not have it (restarted, flushed), which loads it: a
+-- NOSCRIPT error reply is the whole reply, so the client is in step. The
+-- result; or nil, a message and REFUSED or UNKNOWN.
+local function run_script(client, script, args)
+  local sha, load_err = script_sha(client, script)
+  if not sha then return nil, "SCRIPT LOAD: " .. load_err, REFUSED end
+  local reply, err, error_reply = call(client, "evalsha", sha, unpack(args))
+  if error_reply and err:find("NOSCRIPT", 1, true) then
+    reply, err, error_reply = call(client, "eval", script, unpack(args))
+  end
+  if reply == nil then return nil, err, error_reply and REFUSED or UNKNOWN end
+  local result, mismatch = untag(reply, args[#args])
+  if result == nil then return nil, mismatch, UNKNOWN end
+  return result
+end
+
+-- Runs one script on a client of the queue; returns its result, or nil, a
+-- message and REFUSED or UNKNOWN.
 local function eval(q, script, keys, ...)
   local client, err = acquire(q)
-  if not client then return nil, "redis: cannot connect: " .. tostring(err) end
+  if not client then return nil, "redis: cannot connect: " .. tostring(err), REFUSED end
   local args = { #keys, unpack(keys) }
   for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
-  local reply, reply_err = run_script(client, script, args)
-  if reply then
-    hand_back(q, client)
-    return reply
+  args[#args + 1] = new_tag()
+  local result, run_err, kind = run_script(client, script, args)
+  if result == nil then
+    close_quietly(client)
+    return nil, "redis: " .. run_err, kind
   end
-  close_quietly(client)
-  return nil, "redis: " .. reply_err
+  hand_back(q, client)
+  return result
 end
 
 -- ---- jobs as JSON ------------------------------------------------------
@@ -401,8 +460,8 @@ end
 
 local arm
 
--- Returns the job's id (a string), or nil and a message when Redis could not
--- be reached or refused: then nothing was written.
+-- Returns the job's id (a string); or nil, a message and "refused" (nothing
+-- was written) or "unknown" (it may have been).
 function Queue:schedule(name, delay, payload)
   check_queue(self, "schedule")
   name_arg(name, "schedule")
@@ -411,20 +470,20 @@ function Queue:schedule(name, delay, payload)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local id, err = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
-  if not id then return nil, err end
+  local id, err, kind = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
+  if id == nil then return nil, err, kind end
   self.counts.scheduled = self.counts.scheduled + 1
   if self.wake and not self.stopped then arm(self, seconds) end
   return tostring(id)
 end
 
 -- true if the job will never run, on any worker; false if it is running,
--- already ran, was cancelled or dead-lettered; nil and a message when Redis
--- could not be reached.
+-- already ran, was cancelled or dead-lettered; or nil, a message and the
+-- kind, as for schedule().
 function Queue:cancel(id)
   check_queue(self, "cancel")
-  local removed, err = eval(self, CANCEL, self.keys.cancel, id_arg(id, "cancel"))
-  if removed == nil then return nil, err end
+  local removed, err, kind = eval(self, CANCEL, self.keys.cancel, id_arg(id, "cancel"))
+  if removed == nil then return nil, err, kind end
   return removed == 1
 end
 
@@ -436,8 +495,8 @@ function Queue:dead(limit)
   if not limit or limit < 1 or limit % 1 ~= 0 then
     error("bad argument #1 to 'dead' (positive integer expected)", 2)
   end
-  local rows, err = eval(self, DEAD_LIST, self.keys.dead, limit)
-  if not rows then return nil, err end
+  local rows, err, kind = eval(self, DEAD_LIST, self.keys.dead, limit)
+  if not rows then return nil, err, kind end
   local list = {}
   for i, row in ipairs(rows) do
     local name, payload = decode(self.codec, row[2])
@@ -453,8 +512,8 @@ function Queue:requeue(id, delay)
   check_queue(self, "requeue")
   id = id_arg(id, "requeue")
   local seconds = delay == nil and 0 or seconds_arg(delay, "requeue", 2)
-  local moved, err = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
-  if moved == nil then return nil, err end
+  local moved, err, kind = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
+  if moved == nil then return nil, err, kind end
   return moved == 1
 end
 
