@@ -138,6 +138,17 @@ describe("hwt.jobs", function()
       expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", math.huge)
       expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected: payload.f is a function",
                    q.schedule, q, "a", 1, { f = print })
+      expect_error("bad argument #4 to 'schedule' (table expected, got number)", q.schedule, q, "a", 1, nil, 5)
+      expect_error("bad argument #4 to 'schedule' (unknown option 'at')", q.schedule, q, "a", 1, nil, { at = 5 })
+      for _, id in ipairs({ 42, "42", "", true }) do
+        expect_error("bad argument #4 to 'schedule' (opts.id: a string with a non-digit expected",
+                     q.schedule, q, "a", 1, nil, { id = id })
+      end
+      expect_error("bad argument #4 to 'schedule' (opts.replace: boolean expected, got number)",
+                   q.schedule, q, "a", 1, nil, { id = "a1", replace = 1 })
+      expect_error("bad argument #4 to 'schedule' (opts.replace needs opts.id)", q.schedule, q, "a", 1, nil, { replace = true })
+      local _, opts_where = pcall(function() q:schedule("a", 1, nil, { id = 7 }) end)
+      assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #4", opts_where)   -- the caller's line
       expect_error("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
       local _, where = pcall(function() q:schedule("a", -1) end)
       assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #2", where)   -- the caller's line
@@ -513,6 +524,71 @@ describe("hwt.jobs", function()
     end)
   end)
 
+  describe("opts.id", function()
+    it("names a job: the same id again changes nothing; replace = true changes its due time and payload", function()
+      local q, timer, _, key = new_queue()
+      local runs = {}
+      q:handle("i", function(payload, job) runs[#runs + 1] = { payload = payload, job = job } end)
+      assert.equals("order-7", q:schedule("i", 60, { v = 1 }, { id = "order-7" }))
+      assert.equals("order-7", q:schedule("i", 0, { v = 2 }, { id = "order-7" }))
+      assert(q:start())
+      timer:run_for(0.3)
+      assert.equals(0, #runs)                                  -- still due in 60 s
+      assert.equals("order-7", q:schedule("i", 0.1, { v = 3 }, { id = "order-7", replace = true }))
+      run_until(timer, function() return #runs == 1 and settled(q) end)
+      assert.same({ v = 3 }, runs[1].payload)
+      assert.equals("order-7", runs[1].job.id)
+      assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))   -- one job, done: none left
+      assert.equals("order-7", q:schedule("i", 0, { v = 4 }, { id = "order-7" }))   -- done: the id is free
+      run_until(timer, function() return #runs == 2 and settled(q) end)
+      assert.same({ v = 4 }, runs[2].payload)
+      assert.equals(3, q:stats().scheduled)                    -- written three times
+      timer:stop()
+    end)
+
+    it("replace = true on a running job: the job runs again, at its new time, with its new payload", function()
+      local q, timer, _, key = new_queue()
+      local runs = {}
+      q:handle("r", function(payload, job)
+        runs[#runs + 1] = { payload = payload, job = job }
+        if payload.v == 1 then assert(q:schedule("r", 0.05, { v = 2 }, { id = "again", replace = true })) end
+      end)
+      assert(q:start())
+      assert(q:schedule("r", 0, { v = 1 }, { id = "again" }))
+      run_until(timer, function() return #runs == 2 and settled(q) end)
+      timer:run_for(0.2)
+      assert.equals(2, #runs)
+      assert.same({ 1, 2 }, { runs[1].payload.v, runs[2].payload.v })
+      assert.same({ "again", "again" }, { runs[1].job.id, runs[2].job.id })
+      assert.equals(1, runs[2].job.attempt)
+      assert.equals(0, q:stats().lost)
+      assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))
+      timer:stop()
+    end)
+
+    it("a dead job stays dead under its id, and replace = true brings it back", function()
+      local q, timer = new_queue({ retry = { retries = 0 } })
+      local runs = 0
+      q:handle("d", function(payload)
+        runs = runs + 1
+        if payload.fail then error("failed", 0) end
+      end)
+      assert(q:start())
+      assert(q:schedule("d", 0, { fail = true }, { id = "phoenix" }))
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals("phoenix", q:schedule("d", 0, { fail = false }, { id = "phoenix" }))
+      timer:run_for(0.3)
+      assert.equals(1, runs)
+      assert.equals("phoenix", q:dead()[1].id)
+      assert.equals("phoenix", q:schedule("d", 0, { fail = false }, { id = "phoenix", replace = true }))
+      run_until(timer, function() return runs == 2 and settled(q) end)
+      assert.same({}, q:dead())
+      timer:run_for(0.3)
+      assert.equals(2, runs)
+      timer:stop()
+    end)
+  end)
+
   describe("Redis replies that do not match the request (issue 42)", function()
     it("a stalled SCRIPT LOAD: schedule() is refused, writes nothing, and the next call gets its own reply", function()
       local q, timer, _, key = new_queue({ module = fresh_jobs_module(), timeout = 0.5 })
@@ -530,36 +606,36 @@ describe("hwt.jobs", function()
       timer:stop()
     end)
 
-    it("a late reply: 'unknown', the request did run, and the next call gets its own reply", function()
+    it("a late reply: 'unknown', the request did run, a retry with its id writes nothing more", function()
       local q, timer, _, key = new_queue({ timeout = 0.5 })
       assert(q:schedule("x", 60))          -- the script is loaded: the stall meets EVALSHA
       local sleeper = stall(server, 0.75)
-      local id, err, kind = q:schedule("x", 60)
+      local id, err, kind = q:schedule("x", 60, { n = 1 }, { id = "late" })
       assert.is_nil(id)
       assert.matches("timeout", err)
       assert.equals("unknown", kind)
-      local next_id = assert(q:schedule("x", 60))
-      assert.equals(3, redis_count("zcard", "{" .. key .. "}:due"))   -- the late one too
-      assert.is_true(q:cancel(next_id))    -- each reply is its own request's
-      assert.is_false(q:cancel(next_id))
+      assert.equals("late", q:schedule("x", 60, { n = 1 }, { id = "late" }))
+      assert.equals(2, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.is_true(q:cancel("late"))     -- each reply is its own request's
+      assert.is_false(q:cancel("late"))
       sleeper:close()
       timer:stop()
     end)
 
-    it("a lost reply (Redis killed under the request): 'unknown', and the next call connects again", function()
+    it("a lost reply (Redis killed under the request): 'unknown', and a retry with its id writes it once", function()
       local own = redis_server.start()
       local q, timer, _, key = new_queue({ server = own, timeout = 2 })
       assert(q:schedule("x", 60))
       local sleeper = stall(own, 1)
       redis_server.execute(("(sleep 0.2; kill -KILL %d) >/dev/null 2>&1 &"):format(own.pid))
-      local id, err, kind = q:schedule("x", 60)
+      local id, err, kind = q:schedule("x", 60, nil, { id = "lost" })
       assert.is_nil(id)
       assert.matches("closed", err)
       assert.equals("unknown", kind)
       sleeper:close()
       own:stop("KILL")
       own:start()
-      assert(q:schedule("x", 60))
+      for _ = 1, 2 do assert.equals("lost", q:schedule("x", 60, nil, { id = "lost" })) end
       local client = assert(own:connect())
       assert.equals(1, tonumber(client:zcard("{" .. key .. "}:due")))
       client:quit()

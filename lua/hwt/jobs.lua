@@ -65,11 +65,26 @@ for _, key in ipairs(KEYS) do
 end
 ]]
 
+-- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
+-- replace a job of that id. Answers { id, 1 } when it wrote the job,
+-- { id, 0 } when a job of that id exists and was left as it is. A replaced
+-- job starts afresh: delayed, unclaimed (a run in progress no longer settles
+-- it), no attempts, not dead.
 local SCHEDULE = PRELUDE .. [[
-local id = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[2], id, ARGV[1])
-redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), id)
-return answer(id)
+local due, jobs, seq, claims, tries, errors, dead = unpack(KEYS)
+local id = ARGV[3]
+if id == '' then
+  id = tostring(redis.call('INCR', seq))
+elseif redis.call('HEXISTS', jobs, id) == 1 then
+  if ARGV[4] ~= '1' then return answer({ id, 0 }) end
+  redis.call('HDEL', claims, id)
+  redis.call('HDEL', tries, id)
+  redis.call('HDEL', errors, id)
+  redis.call('ZREM', dead, id)
+end
+redis.call('HSET', jobs, id, ARGV[1])
+redis.call('ZADD', due, score(now + tonumber(ARGV[2])), id)
+return answer({ id, 1 })
 ]]
 
 -- A claimed job is running somewhere: cancel cannot promise it never runs.
@@ -393,7 +408,7 @@ function M.redis(opts)
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
     counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },
     keys = {
-      schedule = { k.due, k.jobs, k.seq },
+      schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead },
       cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
       pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq },
       dead = { k.dead, k.jobs, k.tries, k.errors },
@@ -423,6 +438,35 @@ local function seconds_arg(value, fname, n)
     checks.arg_error(fname, n, "finite number of seconds >= 0 expected, got " .. tostring(value))
   end
   return seconds
+end
+
+local SCHEDULE_OPTIONS = { id = true, replace = true }
+
+-- What is wrong with schedule()'s opts, or nil. opts.id: a string with a
+-- non-digit (ids of digits alone are the queue's own); opts.replace: a
+-- boolean, true only with an id.
+local function schedule_options_problem(opts)
+  if type(opts) ~= "table" then return "table expected, got " .. checks.type_name(opts) end
+  for key in pairs(opts) do
+    if not SCHEDULE_OPTIONS[key] then return "unknown option '" .. tostring(key) .. "'" end
+  end
+  local id, replace = opts.id, opts.replace
+  if id ~= nil and (type(id) ~= "string" or not id:find("%D")) then
+    return "opts.id: a string with a non-digit expected (ids of digits alone are the queue's own), got "
+      .. (type(id) == "string" and ("%q"):format(id) or checks.type_name(id))
+  end
+  if replace ~= nil and type(replace) ~= "boolean" then
+    return "opts.replace: boolean expected, got " .. checks.type_name(replace)
+  end
+  if replace and id == nil then return "opts.replace needs opts.id" end
+end
+
+-- schedule()'s opts.id and opts.replace, checked.
+local function schedule_options(opts)
+  if opts == nil then return nil, false end
+  local problem = schedule_options_problem(opts)
+  if problem then checks.arg_error("schedule", 4, problem) end
+  return opts.id, opts.replace == true
 end
 
 local function id_arg(id, fname)
@@ -461,8 +505,9 @@ end
 local arm
 
 -- Returns the job's id (a string); or nil, a message and "refused" (nothing
--- was written) or "unknown" (it may have been).
-function Queue:schedule(name, delay, payload)
+-- was written) or "unknown" (it may have been: schedule again with the same
+-- opts.id to be sure it exists once).
+function Queue:schedule(name, delay, payload, opts)
   check_queue(self, "schedule")
   name_arg(name, "schedule")
   local seconds = seconds_arg(delay, "schedule", 2)
@@ -470,11 +515,15 @@ function Queue:schedule(name, delay, payload)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local id, err, kind = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
-  if id == nil then return nil, err, kind end
-  self.counts.scheduled = self.counts.scheduled + 1
-  if self.wake and not self.stopped then arm(self, seconds) end
-  return tostring(id)
+  local id, replace = schedule_options(opts)
+  local result, err, kind = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds), id or "",
+                                 replace and "1" or "0")
+  if result == nil then return nil, err, kind end
+  if result[2] == 1 then
+    self.counts.scheduled = self.counts.scheduled + 1
+    if self.wake and not self.stopped then arm(self, seconds) end
+  end
+  return tostring(result[1])
 end
 
 -- true if the job will never run, on any worker; false if it is running,
