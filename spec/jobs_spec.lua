@@ -606,6 +606,21 @@ describe("hwt.jobs", function()
       timer:stop()
     end)
 
+    it("a stalled SCRIPT LOAD does not stop a worker: it reports, backs off and runs the next job", function()
+      local q, timer, errors, key = new_queue({ module = fresh_jobs_module(), timeout = 0.5 })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "w")
+      local sleeper = stall(server, 0.75)
+      assert(q:start())
+      timer:run_for(0.8)                    -- the first round's SCRIPT LOAD times out
+      assert(other:schedule("w", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("SCRIPT LOAD", errors[1].err)
+      sleeper:close()
+      timer:stop()
+      other_timer:stop()
+    end)
+
     it("a late reply: 'unknown', the request did run, a retry with its id writes nothing more", function()
       local q, timer, _, key = new_queue({ timeout = 0.5 })
       assert(q:schedule("x", 60))          -- the script is loaded: the stall meets EVALSHA
@@ -664,6 +679,55 @@ describe("hwt.jobs", function()
       assert.is_true(q:cancel(next_id))
       assert.is_false(q:cancel(next_id))
       timer:stop()
+    end)
+
+    it("a release() that raises does not stop a worker: it is reported and the round goes on", function()
+      local raised = false
+      local q, timer, errors, key = new_queue({ release = function(client)
+        if not raised then
+          raised = true
+          error("release failed", 0)
+        end
+        client:quit()
+      end })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "r")
+      assert(q:start())
+      timer:run_for(0.05)
+      assert.is_true(raised)
+      assert(other:schedule("r", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("release failed", errors[1].err)
+      timer:stop()
+      other_timer:stop()
+    end)
+
+    it("a round that raises (a reply of the wrong shape) does not stop a worker: reported, backed off, on", function()
+      -- the first reply of the worker's script gets, in place of its result, one row of one field
+      local corrupt = true
+      local q, timer, errors, key = new_queue({ connect = function()
+        local client = connect_to()
+        local evalsha = client.evalsha
+        client.evalsha = function(...)
+          local reply = evalsha(...)
+          if corrupt and type(reply) == "table" then
+            corrupt = false
+            reply[2] = { { "?" } }
+          end
+          return reply
+        end
+        return client
+      end })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "s")
+      assert(q:start())
+      timer:run_for(0.05)
+      assert.is_false(corrupt)
+      assert(other:schedule("s", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("round failed", errors[1].err)
+      timer:stop()
+      other_timer:stop()
     end)
   end)
 end)

@@ -172,6 +172,24 @@ redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
 return answer(1)
 ]]
 
+-- ---- reports -------------------------------------------------------------
+
+local function raise(_, err) error(err, 0) end
+
+-- Hands `err` to the timer's on_error, as the error of a task of its own.
+local function report_to_timer(q, err)
+  local ok, task = pcall(q.timer.timeout, q.timer, 0, raise, err)
+  if not (ok and task) then io.stderr:write("hwt.jobs: ", tostring(err), "\n") end
+end
+
+-- Reports `err` to on_error, or else to the timer's on_error. It never
+-- raises, so that a report never cuts short the bookkeeping around it.
+local function report(q, err, job)
+  if not q.on_error then return report_to_timer(q, err) end
+  local ok, raised = pcall(q.on_error, err, job)
+  if not ok then report_to_timer(q, raised) end
+end
+
 -- ---- the adapter: the only code that knows a Redis client --------------
 -- A client is whatever `connect()` returns: redis-lua (raises on errors) or
 -- lua-resty-redis (returns nil, err). A client whose call failed or timed
@@ -203,9 +221,14 @@ local function acquire(q)
   return made
 end
 
+-- A release() that raises costs its client, not the reply it brought.
 local function hand_back(q, client)
   if q.release then
-    q.release(client)
+    local ok, err = pcall(q.release, client)
+    if not ok then
+      close_quietly(client)
+      report(q, "hwt.jobs: release() raised: " .. tostring(err))
+    end
   elseif q.idle_client == nil then
     q.idle_client = client
   else
@@ -476,22 +499,6 @@ local function id_arg(id, fname)
   return tostring(id)
 end
 
-local function raise(_, err) error(err, 0) end
-
--- Hands `err` to the timer's on_error, as the error of a task of its own.
-local function report_to_timer(q, err)
-  local ok, task = pcall(q.timer.timeout, q.timer, 0, raise, err)
-  if not (ok and task) then io.stderr:write("hwt.jobs: ", tostring(err), "\n") end
-end
-
--- Reports `err` to on_error, or else to the timer's on_error. It never
--- raises, so that a report never cuts short the bookkeeping around it.
-local function report(q, err, job)
-  if not q.on_error then return report_to_timer(q, err) end
-  local ok, raised = pcall(q.on_error, err, job)
-  if not ok then report_to_timer(q, raised) end
-end
-
 function Queue:handle(name, handler)
   check_queue(self, "handle")
   name_arg(name, "handle")
@@ -675,11 +682,22 @@ local function count_lost(q, settled)
   end
 end
 
--- One round trip: settle what finished, claim what is due and there is room
--- for, learn when to ask next.
-local function pump_once(q)
-  local sending = q.outcomes
-  q.outcomes = {}
+-- Outcomes that did not reach Redis go with the next round (Redis settles
+-- each once: a resent one is answered 0).
+local function keep_outcomes(q, sending)
+  for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
+end
+
+-- After a failed round the worker tries again after 0.1 s, doubling up to
+-- poll_interval.
+local function back_off(q)
+  q.failures = q.failures + 1
+  arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+end
+
+-- One round trip: settle `sending` (outcomes), claim what is due and there
+-- is room for, learn when to ask next.
+local function pump_once(q, sending)
   local room = q.stopped and 0 or q.concurrency - q.running
   local args = { room, micro(q.lease), #sending }
   for _, fields in ipairs(sending) do
@@ -688,10 +706,9 @@ local function pump_once(q)
   local asked_at = q.timer:now()
   local reply, err = eval(q, PUMP, q.keys.pump, unpack(args))
   if not reply then
-    for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
-    q.failures = q.failures + 1
+    keep_outcomes(q, sending)
     q.counts.redis_errors = q.counts.redis_errors + 1
-    arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+    back_off(q)
     if q.failures == 1 then report(q, "hwt.jobs: " .. err .. " (trying again)") end
     return
   end
@@ -710,6 +727,14 @@ local function pump_once(q)
   arm(q, wait)
 end
 
+-- A round that raised (a reply of the wrong shape, a bug) is reported, each
+-- time, and backed off like a Redis failure: the worker goes on.
+local function round_raised(q, sending, err)
+  keep_outcomes(q, sending)
+  back_off(q)
+  report(q, "hwt.jobs: a worker round failed: " .. tostring(err) .. " (trying again)")
+end
+
 -- The wake's task. A pump that yields (lua-resty-redis) may be overtaken by
 -- the next wake: that one only asks the running pump to go round again.
 function pump(_, q)
@@ -721,11 +746,10 @@ function pump(_, q)
   q.pumping = true
   repeat
     q.pump_again = false
-    local ok, err = pcall(pump_once, q)
-    if not ok then
-      q.pumping = false
-      error(err, 0)
-    end
+    local sending = q.outcomes
+    q.outcomes = {}
+    local ok, err = pcall(pump_once, q, sending)
+    if not ok then round_raised(q, sending, err) end
   until not q.pump_again
   q.pumping = false
 end
