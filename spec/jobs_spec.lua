@@ -92,6 +92,28 @@ local function stall(on, seconds)
   return sleeper
 end
 
+-- A connect() for `on` (default: the spec's server) whose first script reply
+-- (EVALSHA or EVAL) gets, in place of its result, one row of one field: a
+-- reply of the wrong shape.
+local function connect_corrupting_once(on)
+  local corrupt = true
+  return function()
+    local client = connect_to(on)
+    for _, command in ipairs({ "evalsha", "eval" }) do
+      local send = client[command]
+      client[command] = function(...)
+        local reply = send(...)
+        if corrupt and type(reply) == "table" then
+          corrupt = false
+          reply[2] = { { "?" } }
+        end
+        return reply
+      end
+    end
+    return client
+  end
+end
+
 local function expect_error(pattern, fn, ...)
   local ok, err = pcall(fn, ...)
   assert.is_false(ok, "expected an error matching " .. pattern)
@@ -703,31 +725,31 @@ describe("hwt.jobs", function()
     end)
 
     it("a round that raises (a reply of the wrong shape) does not stop a worker: reported, backed off, on", function()
-      -- the first reply of the worker's script gets, in place of its result, one row of one field
-      local corrupt = true
-      local q, timer, errors, key = new_queue({ connect = function()
-        local client = connect_to()
-        local evalsha = client.evalsha
-        client.evalsha = function(...)
-          local reply = evalsha(...)
-          if corrupt and type(reply) == "table" then
-            corrupt = false
-            reply[2] = { { "?" } }
-          end
-          return reply
-        end
-        return client
-      end })
+      local q, timer, errors, key = new_queue({ connect = connect_corrupting_once() })
       local other, other_timer = new_queue({ key = key })
       local ran = count_runs(q, "s")
       assert(q:start())
       timer:run_for(0.05)
-      assert.is_false(corrupt)
+      assert.equals(1, #errors)
       assert(other:schedule("s", 0))
       run_until(timer, function() return ran() == 1 end)
       assert.matches("round failed", errors[1].err)
       timer:stop()
       other_timer:stop()
+    end)
+
+    it("a round that raised does not hide the Redis outage that follows it", function()
+      local own = redis_server.start()
+      local q, timer, errors = new_queue({ server = own, connect = connect_corrupting_once(own) })
+      count_runs(q, "o")
+      assert(q:start())
+      timer:run_for(0.05)                   -- the first round raises; the next is 0.1 s later
+      assert.equals(1, #errors)
+      own:stop("TERM")
+      run_until(timer, function() return #errors == 2 end)
+      assert.matches("redis", errors[2].err)
+      timer:stop()
+      own:destroy()
     end)
   end)
 end)

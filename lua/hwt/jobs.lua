@@ -38,8 +38,8 @@ local MICRO = 1e6
 -- would give "1e+14" on Lua 5.1).
 local function micro(seconds) return ("%.0f"):format(math.ceil(seconds * MICRO)) end
 local DEFAULTS = { lease = 30, poll_interval = 1, concurrency = 32 }
--- While Redis is unreachable the worker tries again after this, doubling up
--- to poll_interval.
+-- After a failed round (Redis unreachable, an error) the worker tries again
+-- after this, doubling up to poll_interval.
 local FIRST_RECONNECT_WAIT = 0.1
 local OUTCOME_FIELDS = 5        -- id, token, kind, wait, error
 
@@ -427,7 +427,8 @@ function M.redis(opts)
     handlers = {},
     running = 0,            -- jobs claimed by this worker and not yet settled
     outcomes = {},          -- settled here, not yet in Redis
-    failures = 0,           -- Redis failures in a row
+    failures = 0,           -- rounds failed in a row
+    outage = false,         -- a Redis failure was reported; no round succeeded since
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
     counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },
     keys = {
@@ -709,10 +710,11 @@ local function pump_once(q, sending)
     keep_outcomes(q, sending)
     q.counts.redis_errors = q.counts.redis_errors + 1
     back_off(q)
-    if q.failures == 1 then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    if not q.outage then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    q.outage = true
     return
   end
-  q.failures = 0
+  q.failures, q.outage = 0, false
   count_lost(q, reply[1])
   start_jobs(q, reply[2], asked_at)
   if q.stopped then
