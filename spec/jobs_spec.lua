@@ -383,6 +383,7 @@ describe("hwt.jobs", function()
 
     it("reports both a handler's error and the Redis outage its outcome met", function()
       local own = redis_server.start({ durable = true })
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local seen = {}
       local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = tostring(err) end })
       local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 1, delay = 0.01 },
@@ -404,7 +405,6 @@ describe("hwt.jobs", function()
       own:start()
       run_until(timer, function() return calls == 2 and settled(q) end)
       timer:stop()
-      own:destroy()
     end)
   end)
 
@@ -519,6 +519,7 @@ describe("hwt.jobs", function()
 
     it("backs off while Redis is down, reports the outage once, and resumes", function()
       local own = redis_server.start({ durable = true })
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local q, timer, errors = new_queue({ server = own, poll_interval = 0.2 })
       local ran = count_runs(q, "later")
       assert(q:start())
@@ -542,7 +543,6 @@ describe("hwt.jobs", function()
       timer:run_for(0.3)
       assert.equals(1, ran())               -- the refused schedule() wrote nothing
       timer:stop()
-      own:destroy()
     end)
   end)
 
@@ -661,6 +661,7 @@ describe("hwt.jobs", function()
 
     it("a lost reply (Redis killed under the request): 'unknown', and a retry with its id writes it once", function()
       local own = redis_server.start()
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local q, timer, _, key = new_queue({ server = own, timeout = 2 })
       assert(q:schedule("x", 60))
       local sleeper = stall(own, 1)
@@ -677,7 +678,6 @@ describe("hwt.jobs", function()
       assert.equals(1, tonumber(client:zcard("{" .. key .. "}:due")))
       client:quit()
       timer:stop()
-      own:destroy()
     end)
 
     it("someone else's reply (a client handed over owing one): 'unknown', never taken as the answer", function()
@@ -740,6 +740,7 @@ describe("hwt.jobs", function()
 
     it("a round that raised does not hide the Redis outage that follows it", function()
       local own = redis_server.start()
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local q, timer, errors = new_queue({ server = own, connect = connect_corrupting_once(own) })
       count_runs(q, "o")
       assert(q:start())
@@ -749,7 +750,6 @@ describe("hwt.jobs", function()
       run_until(timer, function() return #errors == 2 end)
       assert.matches("redis", errors[2].err)
       timer:stop()
-      own:destroy()
     end)
   end)
 end)
