@@ -20,17 +20,24 @@ local function fresh_key()
   return "spec:jobs:" .. key_number
 end
 
+-- A redis-lua client of `on` (default: the spec's server) that gives up
+-- waiting for a reply after `timeout` seconds (default 1).
+local function connect_to(on, timeout)
+  return redis_server.redis.connect({ host = "127.0.0.1", port = (on or server).port, timeout = timeout or 1 })
+end
+
 -- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
--- real-clock timer: q, timer, the errors it reported, its key.
+-- real-clock timer: q, timer, the errors it reported, its key. opts.module:
+-- another instance of hwt.jobs; opts.timeout: the client's; opts.connect,
+-- opts.release: the queue's.
 local function new_queue(opts)
   opts = opts or {}
-  local on = opts.server or server
   local timer = opts.timer or hwt.new({ tick = TICK })
   local errors = {}
   local key = opts.key or fresh_key()
-  local q = jobs.redis({
-    timer = timer, key = key,
-    connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = on.port, timeout = 1 }) end,
+  local q = (opts.module or jobs).redis({
+    timer = timer, key = key, release = opts.release,
+    connect = opts.connect or function() return connect_to(opts.server, opts.timeout) end,
     poll_interval = opts.poll_interval or 0.2, lease = opts.lease or 5,
     retry = opts.retry or { retries = 2, delay = 0.05 },
     on_error = function(err, job) errors[#errors + 1] = { err = err, job = job } end,
@@ -65,6 +72,46 @@ local function redis_count(command, key)
   local n = tonumber(client[command](client, key))
   client:quit()
   return n
+end
+
+-- A new instance of hwt.jobs, whose process-wide state (the scripts' SHA1s)
+-- is as in a process that has not called Redis yet.
+local function fresh_jobs_module()
+  package.loaded["hwt.jobs"] = nil
+  local fresh = require("hwt.jobs")
+  package.loaded["hwt.jobs"] = jobs
+  return fresh
+end
+
+-- Makes Redis stall for `seconds` (DEBUG SLEEP, sent without waiting for
+-- its reply); returns once it sleeps.
+local function stall(on, seconds)
+  local sleeper = assert(socket.connect("127.0.0.1", on.port))
+  assert(sleeper:send(("DEBUG SLEEP %s\r\n"):format(seconds)))
+  socket.sleep(0.05)
+  return sleeper
+end
+
+-- A connect() for `on` (default: the spec's server) whose first script reply
+-- (EVALSHA or EVAL) gets, in place of its result, one row of one field: a
+-- reply of the wrong shape.
+local function connect_corrupting_once(on)
+  local corrupt = true
+  return function()
+    local client = connect_to(on)
+    for _, command in ipairs({ "evalsha", "eval" }) do
+      local send = client[command]
+      client[command] = function(...)
+        local reply = send(...)
+        if corrupt and type(reply) == "table" then
+          corrupt = false
+          reply[2] = { { "?" } }
+        end
+        return reply
+      end
+    end
+    return client
+  end
 end
 
 local function expect_error(pattern, fn, ...)
@@ -111,10 +158,19 @@ describe("hwt.jobs", function()
       expect_error("bad argument #2 to 'schedule' (finite number of seconds >= 0", q.schedule, q, "a", -1)
       expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", 0 / 0)
       expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", math.huge)
-      expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected", q.schedule, q, "a", 1, { f = print })
-      -- lua-cjson keeps 14 digits: a payload that would come back changed is refused
-      expect_error("JSON round trip", q.schedule, q, "a", 1, { 2 ^ 53 + 1 })
-      expect_error("JSON round trip", q.schedule, q, "a", 1, { 1, nil, 3 })
+      expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected: payload.f is a function",
+                   q.schedule, q, "a", 1, { f = print })
+      expect_error("bad argument #4 to 'schedule' (table expected, got number)", q.schedule, q, "a", 1, nil, 5)
+      expect_error("bad argument #4 to 'schedule' (unknown option 'at')", q.schedule, q, "a", 1, nil, { at = 5 })
+      for _, id in ipairs({ 42, "42", "", true }) do
+        expect_error("bad argument #4 to 'schedule' (opts.id: a string with a non-digit expected",
+                     q.schedule, q, "a", 1, nil, { id = id })
+      end
+      expect_error("bad argument #4 to 'schedule' (opts.replace: boolean expected, got number)",
+                   q.schedule, q, "a", 1, nil, { id = "a1", replace = 1 })
+      expect_error("bad argument #4 to 'schedule' (opts.replace needs opts.id)", q.schedule, q, "a", 1, nil, { replace = true })
+      local _, opts_where = pcall(function() q:schedule("a", 1, nil, { id = 7 }) end)
+      assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #4", opts_where)   -- the caller's line
       expect_error("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
       local _, where = pcall(function() q:schedule("a", -1) end)
       assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #2", where)   -- the caller's line
@@ -125,6 +181,53 @@ describe("hwt.jobs", function()
       timer:stop()
       expect_error("timer is stopped", q.start, q)
       assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
+      timer:stop()
+    end)
+  end)
+
+  describe("payloads", function()
+    it("come back equal, every finite double included (issue 42)", function()
+      local q, timer = new_queue()
+      local got
+      q:handle("p", function(payload) got = payload end)
+      assert(q:start())
+      local payload = {
+        ratio = 1 + 14 * 0.05, third = 1 / 3, tenth = -0.1, tiny = 5e-324, big = 1.7976931348623157e308,
+        sums = { 0.1 + 0.2, 2 ^ 53, -2 ^ 60, 123456789.123456789 },
+        ["not an identifier"] = { deep = { 1e-300 } }, text = "\0\255\"\\/", flag = false, empty = {},
+      }
+      assert(q:schedule("p", 0, payload))
+      run_until(timer, function() return got ~= nil end)
+      assert.same(payload, got)
+      assert.equals(1 + 14 * 0.05, got.ratio)
+      assert.equals(0.1 + 0.2, got.sums[1])
+      if math.tointeger then assert.equals("integer", math.type(got.sums[2])) end
+      timer:stop()
+    end)
+
+    it("that JSON cannot give back equal are refused, naming where in the payload (issue 42)", function()
+      local q, timer, _, key = new_queue()
+      local function refused(where, payload)
+        expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. where,
+                     q.schedule, q, "a", 1, payload)
+      end
+      refused("payload.retry.delay is nan", { retry = { delay = 0 / 0 } })
+      refused("payload is inf", math.huge)
+      refused("payload.list[2] is -inf", { list = { 1, -math.huge } })
+      refused("payload.list is an array with a hole at [2]", { list = { 1, nil, 3 } })
+      refused('payload["a b"].f is a function', { ["a b"] = { f = print } })
+      refused("payload has the key 1.5", { [1.5] = true })
+      refused("payload has both string and number keys", { 1, x = 2 })
+      local loop = {}
+      loop.self = loop
+      refused("payload.self contains itself", loop)
+      local deep = {}
+      for _ = 1, 1000 do deep = { deep } end
+      refused("payload is nested too deep", deep)
+      if math.tointeger then
+        refused("payload.n is 9007199254740993: beyond 2^53", { n = math.tointeger(2 ^ 53) + 1 })
+      end
       assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
       timer:stop()
     end)
@@ -280,6 +383,7 @@ describe("hwt.jobs", function()
 
     it("reports both a handler's error and the Redis outage its outcome met", function()
       local own = redis_server.start({ durable = true })
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local seen = {}
       local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = tostring(err) end })
       local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 1, delay = 0.01 },
@@ -301,7 +405,6 @@ describe("hwt.jobs", function()
       own:start()
       run_until(timer, function() return calls == 2 and settled(q) end)
       timer:stop()
-      own:destroy()
     end)
   end)
 
@@ -396,30 +499,39 @@ describe("hwt.jobs", function()
       timer:stop()
     end)
 
-    it("returns Redis' error replies as nil, err", function()
+    it("returns Redis' error replies as nil, err, 'refused', having written nothing", function()
       local q, timer, _, key = new_queue()
       local client = assert(server:connect())
       client:set("{" .. key .. "}:due", "not a sorted set")
       client:quit()
-      local id, err = q:schedule("x", 1)
+      local id, err, kind = q:schedule("x", 1)
       assert.is_nil(id)
       assert.matches("WRONGTYPE", err)
-      local cancelled, cancel_err = q:cancel("1")
+      assert.equals("refused", kind)
+      assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
+      assert.is_nil(redis_count("get", "{" .. key .. "}:seq"))       -- no id was drawn either
+      local cancelled, cancel_err, cancel_kind = q:cancel("1")
       assert.is_nil(cancelled)
       assert.matches("WRONGTYPE", cancel_err)
+      assert.equals("refused", cancel_kind)
       timer:stop()
     end)
 
     it("backs off while Redis is down, reports the outage once, and resumes", function()
       local own = redis_server.start({ durable = true })
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
       local q, timer, errors = new_queue({ server = own, poll_interval = 0.2 })
       local ran = count_runs(q, "later")
       assert(q:start())
       assert(q:schedule("later", 0.5))
       own:stop("TERM")
-      local id, err = q:schedule("later", 0)
+      local id, err, kind = q:schedule("later", 0)     -- sent on the client that Redis closed
       assert.is_nil(id)
       assert.matches("redis", err)
+      assert.equals("unknown", kind)
+      local _, connect_err, connect_kind = q:schedule("later", 0)
+      assert.matches("cannot connect", connect_err)
+      assert.equals("refused", connect_kind)
       timer:run_for(1)
       assert.equals(0, ran())
       local outages = q:stats().redis_errors
@@ -431,7 +543,213 @@ describe("hwt.jobs", function()
       timer:run_for(0.3)
       assert.equals(1, ran())               -- the refused schedule() wrote nothing
       timer:stop()
-      own:destroy()
+    end)
+  end)
+
+  describe("opts.id", function()
+    it("names a job: the same id again changes nothing; replace = true changes its due time and payload", function()
+      local q, timer, _, key = new_queue()
+      local runs = {}
+      q:handle("i", function(payload, job) runs[#runs + 1] = { payload = payload, job = job } end)
+      assert.equals("order-7", q:schedule("i", 60, { v = 1 }, { id = "order-7" }))
+      assert.equals("order-7", q:schedule("i", 0, { v = 2 }, { id = "order-7" }))
+      assert(q:start())
+      timer:run_for(0.3)
+      assert.equals(0, #runs)                                  -- still due in 60 s
+      assert.equals("order-7", q:schedule("i", 0.1, { v = 3 }, { id = "order-7", replace = true }))
+      run_until(timer, function() return #runs == 1 and settled(q) end)
+      assert.same({ v = 3 }, runs[1].payload)
+      assert.equals("order-7", runs[1].job.id)
+      assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))   -- one job, done: none left
+      assert.equals("order-7", q:schedule("i", 0, { v = 4 }, { id = "order-7" }))   -- done: the id is free
+      run_until(timer, function() return #runs == 2 and settled(q) end)
+      assert.same({ v = 4 }, runs[2].payload)
+      assert.equals(3, q:stats().scheduled)                    -- written three times
+      timer:stop()
+    end)
+
+    it("replace = true on a running job: the job runs again, at its new time, with its new payload", function()
+      local q, timer, _, key = new_queue()
+      local runs = {}
+      q:handle("r", function(payload, job)
+        runs[#runs + 1] = { payload = payload, job = job }
+        if payload.v == 1 then assert(q:schedule("r", 0.05, { v = 2 }, { id = "again", replace = true })) end
+      end)
+      assert(q:start())
+      assert(q:schedule("r", 0, { v = 1 }, { id = "again" }))
+      run_until(timer, function() return #runs == 2 and settled(q) end)
+      timer:run_for(0.2)
+      assert.equals(2, #runs)
+      assert.same({ 1, 2 }, { runs[1].payload.v, runs[2].payload.v })
+      assert.same({ "again", "again" }, { runs[1].job.id, runs[2].job.id })
+      assert.equals(1, runs[2].job.attempt)
+      assert.equals(0, q:stats().lost)
+      assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))
+      timer:stop()
+    end)
+
+    it("a dead job stays dead under its id, and replace = true brings it back", function()
+      local q, timer = new_queue({ retry = { retries = 0 } })
+      local runs = 0
+      q:handle("d", function(payload)
+        runs = runs + 1
+        if payload.fail then error("failed", 0) end
+      end)
+      assert(q:start())
+      assert(q:schedule("d", 0, { fail = true }, { id = "phoenix" }))
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals("phoenix", q:schedule("d", 0, { fail = false }, { id = "phoenix" }))
+      timer:run_for(0.3)
+      assert.equals(1, runs)
+      assert.equals("phoenix", q:dead()[1].id)
+      assert.equals("phoenix", q:schedule("d", 0, { fail = false }, { id = "phoenix", replace = true }))
+      run_until(timer, function() return runs == 2 and settled(q) end)
+      assert.same({}, q:dead())
+      timer:run_for(0.3)
+      assert.equals(2, runs)
+      timer:stop()
+    end)
+  end)
+
+  describe("Redis replies that do not match the request (issue 42)", function()
+    it("a stalled SCRIPT LOAD: schedule() is refused, writes nothing, and the next call gets its own reply", function()
+      local q, timer, _, key = new_queue({ module = fresh_jobs_module(), timeout = 0.5 })
+      local sleeper = stall(server, 0.75)
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id, "took another command's reply as its id: " .. tostring(id))
+      assert.matches("SCRIPT LOAD", err)
+      assert.equals("refused", kind)
+      local next_id = assert(q:schedule("x", 60))
+      assert.matches("^%d+$", next_id)
+      assert.equals(1, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.is_true(q:cancel(next_id))
+      assert.is_false(q:cancel(next_id))
+      sleeper:close()
+      timer:stop()
+    end)
+
+    it("a stalled SCRIPT LOAD does not stop a worker: it reports, backs off and runs the next job", function()
+      local q, timer, errors, key = new_queue({ module = fresh_jobs_module(), timeout = 0.5 })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "w")
+      local sleeper = stall(server, 0.75)
+      assert(q:start())
+      timer:run_for(0.8)                    -- the first round's SCRIPT LOAD times out
+      assert(other:schedule("w", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("SCRIPT LOAD", errors[1].err)
+      sleeper:close()
+      timer:stop()
+      other_timer:stop()
+    end)
+
+    it("a late reply: 'unknown', the request did run, a retry with its id writes nothing more", function()
+      local q, timer, _, key = new_queue({ timeout = 0.5 })
+      assert(q:schedule("x", 60))          -- the script is loaded: the stall meets EVALSHA
+      local sleeper = stall(server, 0.75)
+      local id, err, kind = q:schedule("x", 60, { n = 1 }, { id = "late" })
+      assert.is_nil(id)
+      assert.matches("timeout", err)
+      assert.equals("unknown", kind)
+      assert.equals("late", q:schedule("x", 60, { n = 1 }, { id = "late" }))
+      assert.equals(2, redis_count("zcard", "{" .. key .. "}:due"))
+      assert.is_true(q:cancel("late"))     -- each reply is its own request's
+      assert.is_false(q:cancel("late"))
+      sleeper:close()
+      timer:stop()
+    end)
+
+    it("a lost reply (Redis killed under the request): 'unknown', and a retry with its id writes it once", function()
+      local own = redis_server.start()
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
+      local q, timer, _, key = new_queue({ server = own, timeout = 2 })
+      assert(q:schedule("x", 60))
+      local sleeper = stall(own, 1)
+      redis_server.execute(("(sleep 0.2; kill -KILL %d) >/dev/null 2>&1 &"):format(own.pid))
+      local id, err, kind = q:schedule("x", 60, nil, { id = "lost" })
+      assert.is_nil(id)
+      assert.matches("closed", err)
+      assert.equals("unknown", kind)
+      sleeper:close()
+      own:stop("KILL")
+      own:start()
+      for _ = 1, 2 do assert.equals("lost", q:schedule("x", 60, nil, { id = "lost" })) end
+      local client = assert(own:connect())
+      assert.equals(1, tonumber(client:zcard("{" .. key .. "}:due")))
+      client:quit()
+      timer:stop()
+    end)
+
+    it("someone else's reply (a client handed over owing one): 'unknown', never taken as the answer", function()
+      local warm = new_queue()
+      assert(warm:schedule("x", 60))       -- the script is loaded: the first call is EVALSHA
+      local owing = true
+      local q, timer, _, key = new_queue({ connect = function()
+        local client = connect_to()
+        if owing then                       -- INCR sent, its reply left unread
+          owing = false
+          client.network.socket:send("*2\r\n$4\r\nINCR\r\n$9\r\nsomewhere\r\n")
+        end
+        return client
+      end })
+      local id, err, kind = q:schedule("x", 60)
+      assert.is_nil(id, "took another command's reply as its id: " .. tostring(id))
+      assert.matches("not this request's", err)
+      assert.equals("unknown", kind)
+      local next_id = assert(q:schedule("x", 60))
+      assert.equals(2, redis_count("zcard", "{" .. key .. "}:due"))   -- the first one ran too
+      assert.is_true(q:cancel(next_id))
+      assert.is_false(q:cancel(next_id))
+      timer:stop()
+    end)
+
+    it("a release() that raises does not stop a worker: it is reported and the round goes on", function()
+      local raised = false
+      local q, timer, errors, key = new_queue({ release = function(client)
+        if not raised then
+          raised = true
+          error("release failed", 0)
+        end
+        client:quit()
+      end })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "r")
+      assert(q:start())
+      timer:run_for(0.05)
+      assert.is_true(raised)
+      assert(other:schedule("r", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("release failed", errors[1].err)
+      timer:stop()
+      other_timer:stop()
+    end)
+
+    it("a round that raises (a reply of the wrong shape) does not stop a worker: reported, backed off, on", function()
+      local q, timer, errors, key = new_queue({ connect = connect_corrupting_once() })
+      local other, other_timer = new_queue({ key = key })
+      local ran = count_runs(q, "s")
+      assert(q:start())
+      timer:run_for(0.05)
+      assert.equals(1, #errors)
+      assert(other:schedule("s", 0))
+      run_until(timer, function() return ran() == 1 end)
+      assert.matches("round failed", errors[1].err)
+      timer:stop()
+      other_timer:stop()
+    end)
+
+    it("a round that raised does not hide the Redis outage that follows it", function()
+      local own = redis_server.start()
+      finally(function() own:destroy() end)    -- stopped by PID, even when the spec fails
+      local q, timer, errors = new_queue({ server = own, connect = connect_corrupting_once(own) })
+      count_runs(q, "o")
+      assert(q:start())
+      timer:run_for(0.05)                   -- the first round raises; the next is 0.1 s later
+      assert.equals(1, #errors)
+      own:stop("TERM")
+      run_until(timer, function() return #errors == 2 end)
+      assert.matches("redis", errors[2].err)
+      timer:stop()
     end)
   end)
 end)

@@ -8,7 +8,10 @@
 #   1. jobs scheduled by Lua 5.4 run in nginx, each once, none early;
 #   2. jobs scheduled by an nginx request run in a Lua 5.4 worker, likewise;
 #   3. a job cancelled on one side never runs on the other;
-#   4. nginx's error.log has no error lines.
+#   4. through lua-resty-redis, an error reply is "refused", a reply that
+#      comes after the client's timeout "unknown", and a retry with the
+#      request's opts.id writes the job once;
+#   5. nginx's error.log has no error lines.
 # Prints each check, then exactly one line "jobs nginx: N passed, N failed";
 # exits non-zero on any failure or missing prerequisite (one failure, reason
 # printed). Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, HWT_SRC
@@ -99,7 +102,7 @@ redis_answers() { [ "$(timeout 2 redis-cli -p "$redis_port" ping 2>/dev/null)" =
 
 redis_up() {  # -> 0 when it answers PING on a new $redis_port
   redis_port=$(pick_port) || return 1
-  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --enable-debug-command local \
     --dir "$prefix/redis" --logfile "$prefix/logs/redis.log" </dev/null >/dev/null 2>&1 &
   redis_pid=$!
   await_up "$redis_pid" redis_answers
@@ -140,7 +143,11 @@ expect_eq "the Lua 5.4 worker (q:start, timer:run_for) ran 100, no errors" \
 verified "Lua 5.4 ran them, not the 5 cancelled over HTTP" to_plain \
   "ran 100 of 100 once, missing 0, duplicates 0, cancelled 5 (ran 0), unexpected 0, early 0, left due 0 claims 0 dead 0" 3
 
-# ---- 4: nginx's log, after a graceful stop --------------------------------------
+# ---- 4: lua-resty-redis' failures -----------------------------------------------
+expect_eq "through lua-resty-redis: an error reply is refused, a late reply unknown, a retry with its id writes it once" \
+  "refused unknown faults-1 1" "$(get /faults)"
+
+# ---- 5: nginx's log, after a graceful stop --------------------------------------
 stop_nginx QUIT
 expect_clean_log "nginx error.log has no error/crit/alert/emerg/panic lines"
 

@@ -505,19 +505,20 @@ compare_driver("hwt.jobs", "hwt.jobs.Queue", function(M)
 end)
 
 -- A stub of a Redis client (redis-lua's calls: script, evalsha, eval, close)
--- that answers the queue's worker script (7 keys) and its dead-letter list
--- (first key "{key}:dead") with replies shaped as Redis gives them; any
--- other script is an error reply. The first worker round claims a good job
--- and a malformed one.
+-- that answers the queue's worker script (keys "{key}:due", "{key}:jobs",
+-- "{key}:tries", ...) and its dead-letter list (first key "{key}:dead") with
+-- replies shaped as Redis gives them ({ tag, result }, the tag being the
+-- request's last argument); any other script is an error reply. The first
+-- worker round claims a good job and a malformed one.
 local STUB_DUE_US = 1700000000 * 1000000
 local function stub_redis()
   local client, pumps = {}, 0
-  function client.script(_, _, text) return text end      -- SCRIPT LOAD: the text is its own "sha"
+  function client.script() return ("0"):rep(40) end       -- SCRIPT LOAD: any SHA1 does, evalsha is eval
   function client.close() end
   function client.eval(_, _, numkeys, ...)
     local args = { ... }
-    local first_key = args[1] or ""
-    if numkeys == 7 then                          -- settle ARGV[3] outcomes, claim, next due
+    local first_key, tag = args[1] or "", args[#args]
+    if numkeys == 7 and first_key:match(":due$") and args[3]:match(":tries$") then   -- settle, claim, next due
       pumps = pumps + 1
       local settled = {}
       for i = 1, tonumber(args[numkeys + 3]) do settled[i] = 1 end
@@ -526,10 +527,10 @@ local function stub_redis()
         claimed = { { "7", '{"name":"meta","payload":{"n":1}}', "1", 1, STUB_DUE_US },
                     { "8", "{not json", "2", 1, STUB_DUE_US } }
       end
-      return { settled, claimed, -1 }
+      return { tag, { settled, claimed, -1 } }
     elseif first_key:match(":dead$") then         -- id, job JSON, error, tries
-      return { { "7", '{"name":"meta","payload":{"n":1}}', "boom", "3" },
-               { "8", "{not json", "malformed job", "1" } }
+      return { tag, { { "7", '{"name":"meta","payload":{"n":1}}', "boom", "3" },
+                      { "8", "{not json", "malformed job", "1" } } }
     end
     error("stub redis: unexpected script with " .. tostring(numkeys) .. " keys", 0)
   end

@@ -66,7 +66,8 @@ end
 -- write: 1 ms each on this machine.)
 function Server:start()
   local args = { "redis-server", "--port", self.port, "--bind", "127.0.0.1", "--dir", self.dir,
-                 "--save", "''", "--daemonize", "no", "--logfile", self.dir .. "/redis.log" }
+                 "--save", "''", "--daemonize", "no", "--logfile", self.dir .. "/redis.log",
+                 "--enable-debug-command", "local" }
   if self.durable then
     for _, a in ipairs({ "--appendonly", "yes", "--appendfsync", "everysec" }) do args[#args + 1] = a end
   else

@@ -14,7 +14,7 @@ local M = {}
 ---@class hwt.jobs.Options
 ---The timer whose tasks claim and run the jobs (drive it as usual: `run_for`, a host driver).
 ---@field timer hwt.Timer
----Returns a connected Redis client (redis-lua, or lua-resty-redis in OpenResty), or `nil, err`; called on first use and after a failed call, never at construction.
+---Returns a connected Redis client (redis-lua, or lua-resty-redis in OpenResty), or `nil, err`; called on first use and after a failed call (whose client is closed, never used again), never at construction.
 ---@field connect fun(): any, string?
 ---Hands back each call's client (lua-resty-redis: `function(red) red:set_keepalive(10000, 32) end`); required in OpenResty. Without it the queue keeps one idle client.
 ---@field release? fun(client: any)
@@ -28,7 +28,7 @@ local M = {}
 ---@field concurrency? integer
 ---Retries of a failed job, with `hwt.retry`'s backoff (default `{retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0}`); then the dead-letter set.
 ---@field retry? hwt.jobs.RetryOptions
----Called with each error: a handler's failure (with its job), the first Redis failure of an outage (job nil). Without it each error is raised by a task of its own, so it reaches the timer's `on_error`; so does an error `on_error` raises.
+---Called with each error: a handler's failure (with its job), the first Redis failure of an outage, any other error of a worker's round (job nil). Without it each error is raised by a task of its own, so it reaches the timer's `on_error`; so does an error `on_error` raises.
 ---@field on_error? fun(err: any, job: hwt.jobs.Job|nil)
 
 ---The `retry` option of `jobs.redis`: `hwt.retry`'s backoff fields (no callbacks, no `random`).
@@ -115,31 +115,36 @@ function M.redis(opts) end
 ---@return hwt.jobs.Queue self
 function Queue:handle(name, handler) end
 
----Writes a job due `delay` seconds from now (by Redis's clock); its id, or `nil, err` when Redis is unreachable or refuses (then nothing was written). Raises for a bad name or delay, or a payload that would not survive a JSON round trip through lua-cjson.
+---Writes a job due `delay` seconds from now (by Redis's clock); its id, or `nil, err, kind`: kind `"refused"` (nothing was written) or `"unknown"` (it may have been: schedule again with the same `opts.id`). `opts.id` names the job: the same id again while the job exists changes nothing and returns the id; with `opts.replace = true` it replaces the job's due time and payload. Raises for a bad name, delay or opts, or a payload that JSON cannot give back equal (the message names where the value is).
 ---@param name string non-empty
 ---@param delay number seconds, finite, >= 0
----@param payload? any JSON: tables, strings, numbers (14 significant digits), booleans
+---@param payload? any JSON: tables, strings, finite numbers (each comes back equal), booleans
+---@param opts? { id?: string, replace?: boolean } `id`: not digits alone (those are the queue's ids); `replace` needs `id`
 ---@return string|nil id
 ---@return string|nil err
-function Queue:schedule(name, delay, payload) end
+---@return "refused"|"unknown"|nil kind
+function Queue:schedule(name, delay, payload, opts) end
 
----true if the job will never run, on any worker; false if it is running, ran, was cancelled or is dead; `nil, err` when Redis is unreachable.
+---true if the job will never run, on any worker; false if it is running, ran, was cancelled or is dead; `nil, err, kind` on a Redis failure (kind as for `schedule`).
 ---@param id string|integer
 ---@return boolean|nil cancelled
 ---@return string|nil err
+---@return "refused"|"unknown"|nil kind
 function Queue:cancel(id) end
 
----The dead-lettered jobs, oldest first, at most `limit` (default 100); `nil, err` when Redis is unreachable.
+---The dead-lettered jobs, oldest first, at most `limit` (default 100); `nil, err, kind` on a Redis failure.
 ---@param limit? integer >= 1
 ---@return hwt.jobs.DeadJob[]|nil jobs
 ---@return string|nil err
+---@return "refused"|"unknown"|nil kind
 function Queue:dead(limit) end
 
----Puts a dead-lettered job back, due in `delay` seconds (default 0), its attempts counted from zero; true if it was dead; `nil, err` when Redis is unreachable.
+---Puts a dead-lettered job back, due in `delay` seconds (default 0), its attempts counted from zero; true if it was dead; `nil, err, kind` on a Redis failure.
 ---@param id string|integer
 ---@param delay? number seconds, finite, >= 0
 ---@return boolean|nil requeued
 ---@return string|nil err
+---@return "refused"|"unknown"|nil kind
 function Queue:requeue(id, delay) end
 
 ---Starts working: claims due jobs and runs each handler as a task of the timer. true, or `nil, err` when the timer refuses the wake-up; raises without handlers or on a stopped timer.

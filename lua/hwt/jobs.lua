@@ -11,9 +11,9 @@
 -- otherwise asks Redis once per `poll_interval`: that bounds how late a job
 -- scheduled by another process starts. A claim is a lease: a worker that dies
 -- holding a job loses it after `lease` seconds and another runs it (at least
--- once). Every Redis change is one Lua script, so it happens whole or not at
--- all. Times in Redis are the Redis server's clock (TIME), in microseconds,
--- so the workers' clocks never have to agree.
+-- once). Every Redis change is one Lua script that checks before it writes,
+-- so it happens whole or not at all. Times in Redis are the Redis server's
+-- clock (TIME), in microseconds, so the workers' clocks never have to agree.
 --
 -- Keys (one hash slot, "{key}", so that Redis Cluster can run the scripts):
 --   {key}:due     sorted set, id -> due time; a claimed job's score is the
@@ -31,7 +31,6 @@ local M = {}
 local huge = math.huge
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
 local unpack = table.unpack or unpack
-local tointeger = math.tointeger or function() return nil end
 
 local MICRO = 1e6
 
@@ -39,35 +38,64 @@ local MICRO = 1e6
 -- would give "1e+14" on Lua 5.1).
 local function micro(seconds) return ("%.0f"):format(math.ceil(seconds * MICRO)) end
 local DEFAULTS = { lease = 30, poll_interval = 1, concurrency = 32 }
--- While Redis is unreachable the worker tries again after this, doubling up
--- to poll_interval.
+-- After a failed round (Redis unreachable, an error) the worker tries again
+-- after this, doubling up to poll_interval.
 local FIRST_RECONNECT_WAIT = 0.1
 local OUTCOME_FIELDS = 5        -- id, token, kind, wait, error
 
--- The scripts run in Redis (Lua 5.1 there). string.format("%.0f") keeps all
--- the digits of a microsecond time, which tostring() would round.
-local NOW = [[
+-- The scripts run in Redis (Lua 5.1 there). Each begins with PRELUDE:
+-- the time (string.format("%.0f") keeps all the digits of a microsecond
+-- time, which tostring() would round), and a check of every key's type.
+-- Redis keeps what a script wrote before a command of it failed, so each
+-- script checks first and writes after: an error reply means that nothing
+-- was written. Each answers { tag, result }: the tag is the request's last
+-- argument, so that a reply is known to answer this request.
+local PRELUDE = [[
 local clock = redis.call('TIME')
 local now = clock[1] * 1000000 + clock[2]
 local function score(us) return string.format('%.0f', us) end
+local function answer(result) return { ARGV[#ARGV], result } end
+local TYPES = { due = 'zset', dead = 'zset', jobs = 'hash', tries = 'hash', claims = 'hash',
+                errors = 'hash', seq = 'string' }
+for _, key in ipairs(KEYS) do
+  local held, wanted = redis.call('TYPE', key).ok, TYPES[string.match(key, '[^:]+$')]
+  if held ~= 'none' and held ~= wanted then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. held .. ', not a ' .. wanted)
+  end
+end
 ]]
 
-local SCHEDULE = NOW .. [[
-local id = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[2], id, ARGV[1])
-redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), id)
-return id
+-- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
+-- replace a job of that id. Answers { id, 1 } when it wrote the job,
+-- { id, 0 } when a job of that id exists and was left as it is. A replaced
+-- job starts afresh: delayed, unclaimed (a run in progress no longer settles
+-- it), no attempts, not dead.
+local SCHEDULE = PRELUDE .. [[
+local due, jobs, seq, claims, tries, errors, dead = unpack(KEYS)
+local id = ARGV[3]
+if id == '' then
+  id = tostring(redis.call('INCR', seq))
+elseif redis.call('HEXISTS', jobs, id) == 1 then
+  if ARGV[4] ~= '1' then return answer({ id, 0 }) end
+  redis.call('HDEL', claims, id)
+  redis.call('HDEL', tries, id)
+  redis.call('HDEL', errors, id)
+  redis.call('ZREM', dead, id)
+end
+redis.call('HSET', jobs, id, ARGV[1])
+redis.call('ZADD', due, score(now + tonumber(ARGV[2])), id)
+return answer({ id, 1 })
 ]]
 
 -- A claimed job is running somewhere: cancel cannot promise it never runs.
-local CANCEL = [[
+local CANCEL = PRELUDE .. [[
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[3], id) == 1 then return 0 end
-if redis.call('ZREM', KEYS[1], id) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[3], id) == 1 then return answer(0) end
+if redis.call('ZREM', KEYS[1], id) == 0 then return answer(0) end
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[4], id)
 redis.call('HDEL', KEYS[5], id)
-return 1
+return answer(1)
 ]]
 
 -- Settles the outcomes the worker sends (done; retry after a wait; dead;
@@ -75,7 +103,7 @@ return 1
 -- settled, a resent outcome; -1: the lease was lost, another claim holds it. Then
 -- claims up to ARGV[1] due jobs for ARGV[2] µs, and tells how long until the
 -- next job is due (-1: none).
-local PUMP = NOW .. [[
+local PUMP = PRELUDE .. [[
 local due, jobs, tries, claims, errors, dead, seq = unpack(KEYS)
 local settled = {}
 for i = 0, tonumber(ARGV[3]) - 1 do
@@ -122,10 +150,10 @@ end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local next_in = -1
 if first[2] then next_in = math.max(0, tonumber(first[2]) - now) end
-return { settled, claimed, next_in }
+return answer({ settled, claimed, next_in })
 ]]
 
-local DEAD_LIST = [[
+local DEAD_LIST = PRELUDE .. [[
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
 local out = {}
 for i = 1, #ids, 2 do
@@ -133,24 +161,48 @@ for i = 1, #ids, 2 do
   out[#out + 1] = { id, redis.call('HGET', KEYS[2], id) or '', redis.call('HGET', KEYS[4], id) or '',
                     redis.call('HGET', KEYS[3], id) or 0 }
 end
-return out
+return answer(out)
 ]]
 
-local REQUEUE = NOW .. [[
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+local REQUEUE = PRELUDE .. [[
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return answer(0) end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
-return 1
+return answer(1)
 ]]
+
+-- ---- reports -------------------------------------------------------------
+
+local function raise(_, err) error(err, 0) end
+
+-- Hands `err` to the timer's on_error, as the error of a task of its own.
+local function report_to_timer(q, err)
+  local ok, task = pcall(q.timer.timeout, q.timer, 0, raise, err)
+  if not (ok and task) then io.stderr:write("hwt.jobs: ", tostring(err), "\n") end
+end
+
+-- Reports `err` to on_error, or else to the timer's on_error. It never
+-- raises, so that a report never cuts short the bookkeeping around it.
+local function report(q, err, job)
+  if not q.on_error then return report_to_timer(q, err) end
+  local ok, raised = pcall(q.on_error, err, job)
+  if not ok then report_to_timer(q, raised) end
+end
 
 -- ---- the adapter: the only code that knows a Redis client --------------
 -- A client is whatever `connect()` returns: redis-lua (raises on errors) or
--- lua-resty-redis (returns nil, err). A client whose call failed is closed,
--- never reused. Without `release` the queue keeps one idle client for the
--- next call; with it, each call's client is handed back (in OpenResty:
--- `release = function(red) red:set_keepalive(10000, 32) end`, because a
--- cosocket cannot outlive the light thread that made it).
+-- lua-resty-redis (returns nil, err). A client whose call failed or timed
+-- out is closed, never reused: a reply it still owes would be read as the
+-- answer to the next request. Without `release` the queue keeps one idle
+-- client for the next call; with it, each call's client is handed back (in
+-- OpenResty: `release = function(red) red:set_keepalive(10000, 32) end`,
+-- because a cosocket cannot outlive the light thread that made it).
+--
+-- A failed request is REFUSED when Redis did not run it (no connection,
+-- SCRIPT LOAD failed, an error reply), UNKNOWN when it may have run (the
+-- connection failed or timed out after sending it; a reply that is not its).
+local REFUSED, UNKNOWN = "refused", "unknown"
 
 local function close_quietly(client)
   local close = client.close or client.quit
@@ -169,9 +221,14 @@ local function acquire(q)
   return made
 end
 
+-- A release() that raises costs its client, not the reply it brought.
 local function hand_back(q, client)
   if q.release then
-    q.release(client)
+    local ok, err = pcall(q.release, client)
+    if not ok then
+      close_quietly(client)
+      report(q, "hwt.jobs: release() raised: " .. tostring(err))
+    end
   elseif q.idle_client == nil then
     q.idle_client = client
   else
@@ -179,86 +236,101 @@ local function hand_back(q, client)
   end
 end
 
--- client:command(...) for either client: the reply, or nil and the error
--- (lua-resty-redis answers an error reply with false, err; redis-lua raises).
+-- client:command(...) for either client: the reply; or nil, the error, and
+-- true when it is an error reply (Redis answered, with the whole reply:
+-- lua-resty-redis returns false, err for it; redis-lua raises "redis
+-- error: ..." for it and other errors when the connection fails).
 local function call(client, command, ...)
   local ok, reply, err = pcall(client[command], client, ...)
-  if ok and reply then return reply end
-  return nil, tostring(ok and err or reply)
+  if not ok then
+    local message = tostring(reply)
+    return nil, message, message:find("redis error: ", 1, true) ~= nil
+  end
+  if reply == nil or reply == false then return nil, tostring(err), reply == false end
+  return reply
 end
 
 local script_shas = {}          -- script -> its SHA1, from SCRIPT LOAD
+local SHA1 = "^" .. ("%x"):rep(40) .. "$"
+
+-- The script's SHA1, loaded through `client` the first time; or nil and why.
+local function script_sha(client, script)
+  if script_shas[script] then return script_shas[script] end
+  local sha, err = call(client, "script", "load", script)
+  if sha == nil then return nil, err end
+  if type(sha) ~= "string" or not sha:match(SHA1) then
+    return nil, "a reply that is not SCRIPT LOAD's: " .. tostring(sha)
+  end
+  script_shas[script] = sha
+  return sha
+end
+
+local tags = 0                  -- requests tagged by this process
+
+local function new_tag()
+  tags = tags + 1
+  return ("%.0f"):format(tags)
+end
+
+-- The result in a script's reply { tag, result }; or nil and why not.
+local function untag(reply, tag)
+  if type(reply) == "table" and reply[1] == tag and reply[2] ~= nil then return reply[2] end
+  local shown = type(reply) == "table" and "a table, tag " .. tostring(reply[1]) or tostring(reply)
+  return nil, "a reply that is not this request's (" .. shown .. ", not tag " .. tag .. ")"
+end
 
 -- EVALSHA, so that the script's text crosses the network once per process;
--- EVAL where Redis does not have it (restarted, flushed), which loads it.
+-- EVAL where Redis does not have it (restarted, flushed), which loads it: a
+-- NOSCRIPT error reply is the whole reply, so the client is in step. The
+-- result; or nil, a message and REFUSED or UNKNOWN.
 local function run_script(client, script, args)
-  local sha = script_shas[script]
-  if sha then
-    local reply, err = call(client, "evalsha", sha, unpack(args))
-    if reply or not err:find("NOSCRIPT", 1, true) then return reply, err end
-  else
-    script_shas[script] = call(client, "script", "load", script)
+  local sha, load_err = script_sha(client, script)
+  if not sha then return nil, "SCRIPT LOAD: " .. load_err, REFUSED end
+  local reply, err, error_reply = call(client, "evalsha", sha, unpack(args))
+  if error_reply and err:find("NOSCRIPT", 1, true) then
+    reply, err, error_reply = call(client, "eval", script, unpack(args))
   end
-  return call(client, "eval", script, unpack(args))
+  if reply == nil then return nil, err, error_reply and REFUSED or UNKNOWN end
+  local result, mismatch = untag(reply, args[#args])
+  if result == nil then return nil, mismatch, UNKNOWN end
+  return result
 end
 
--- Runs one script; returns its reply, or nil and a message.
+-- Runs one script on a client of the queue; returns its result, or nil, a
+-- message and REFUSED or UNKNOWN.
 local function eval(q, script, keys, ...)
   local client, err = acquire(q)
-  if not client then return nil, "redis: cannot connect: " .. tostring(err) end
+  if not client then return nil, "redis: cannot connect: " .. tostring(err), REFUSED end
   local args = { #keys, unpack(keys) }
   for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
-  local reply, reply_err = run_script(client, script, args)
-  if reply then
-    hand_back(q, client)
-    return reply
+  args[#args + 1] = new_tag()
+  local result, run_err, kind = run_script(client, script, args)
+  if result == nil then
+    close_quietly(client)
+    return nil, "redis: " .. run_err, kind
   end
-  close_quietly(client)
-  return nil, "redis: " .. reply_err
+  hand_back(q, client)
+  return result
 end
 
--- ---- payloads ----------------------------------------------------------
--- lua-cjson keeps 14 significant digits and turns sparse arrays into nulls:
--- a payload is accepted only if it comes back from JSON unchanged, so that a
--- handler never gets anything but what was scheduled. Integral numbers come
--- back as integers on Lua 5.3 and later.
-
-local function same(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  for key, value in pairs(a) do
-    if not same(value, b[key]) then return false end
-  end
-  for key in pairs(b) do
-    if a[key] == nil then return false end
-  end
-  return true
-end
-
-local function integers(value)
-  if type(value) == "table" then
-    for key, field in pairs(value) do value[key] = integers(field) end
-    return value
-  end
-  return type(value) == "number" and tointeger(value) or value
-end
+-- ---- jobs as JSON ------------------------------------------------------
+-- { "name": ..., "payload": ... } through hwt.json: a payload comes back
+-- equal, every number included, or schedule() refuses it.
 
 local function encode(codec, name, payload)
-  local ok, json = pcall(codec.encode, { name = name, payload = payload })
-  if not ok then return nil, tostring(json) end
-  local back_ok, back = pcall(codec.decode, json)
-  if not back_ok or not same(payload, back.payload) then
-    return nil, "it does not survive a JSON round trip (numbers of more than 14 digits, "
-      .. "sparse arrays, non-string keys?)"
-  end
-  return json
+  local fields = '{"name":' .. codec.encode(name, "name")
+  if payload == nil then return fields .. "}" end
+  local json, why = codec.encode(payload, "payload", 1)
+  if not json then return nil, why end
+  return fields .. ',"payload":' .. json .. "}"
 end
 
 local function decode(codec, json)
-  local ok, job = pcall(codec.decode, json)
-  if not ok or type(job) ~= "table" or type(job.name) ~= "string" then
-    return nil, "malformed job: " .. (ok and "no name" or tostring(job))
+  local job, why = codec.decode(json)
+  if type(job) ~= "table" or type(job.name) ~= "string" then
+    return nil, "malformed job: " .. (job == nil and why or "no name")
   end
-  return job.name, integers(job.payload)
+  return job.name, job.payload
 end
 
 -- ---- options ------------------------------------------------------------
@@ -346,21 +418,21 @@ end
 function M.redis(opts)
   local checked, o = pcall(check_options, opts)
   if not checked then error(o, 2) end
-  local cjson = require("cjson")
   local k = keys_of(opts.key)
   return setmetatable({
     timer = opts.timer, connect = opts.connect, release = opts.release,
-    on_error = opts.on_error, codec = cjson.new and cjson.new() or cjson,
+    on_error = opts.on_error, codec = require("hwt.json"),
     lease = o.lease, poll_interval = o.poll_interval, concurrency = o.concurrency,
     retry = o.retry,
     handlers = {},
     running = 0,            -- jobs claimed by this worker and not yet settled
     outcomes = {},          -- settled here, not yet in Redis
-    failures = 0,           -- Redis failures in a row
+    failures = 0,           -- rounds failed in a row
+    outage = false,         -- a Redis failure was reported; no round succeeded since
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
     counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },
     keys = {
-      schedule = { k.due, k.jobs, k.seq },
+      schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead },
       cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
       pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq },
       dead = { k.dead, k.jobs, k.tries, k.errors },
@@ -392,27 +464,40 @@ local function seconds_arg(value, fname, n)
   return seconds
 end
 
+local SCHEDULE_OPTIONS = { id = true, replace = true }
+
+-- What is wrong with schedule()'s opts, or nil. opts.id: a string with a
+-- non-digit (ids of digits alone are the queue's own); opts.replace: a
+-- boolean, true only with an id.
+local function schedule_options_problem(opts)
+  if type(opts) ~= "table" then return "table expected, got " .. checks.type_name(opts) end
+  for key in pairs(opts) do
+    if not SCHEDULE_OPTIONS[key] then return "unknown option '" .. tostring(key) .. "'" end
+  end
+  local id, replace = opts.id, opts.replace
+  if id ~= nil and (type(id) ~= "string" or not id:find("%D")) then
+    return "opts.id: a string with a non-digit expected (ids of digits alone are the queue's own), got "
+      .. (type(id) == "string" and ("%q"):format(id) or checks.type_name(id))
+  end
+  if replace ~= nil and type(replace) ~= "boolean" then
+    return "opts.replace: boolean expected, got " .. checks.type_name(replace)
+  end
+  if replace and id == nil then return "opts.replace needs opts.id" end
+end
+
+-- schedule()'s opts.id and opts.replace, checked.
+local function schedule_options(opts)
+  if opts == nil then return nil, false end
+  local problem = schedule_options_problem(opts)
+  if problem then checks.arg_error("schedule", 4, problem) end
+  return opts.id, opts.replace == true
+end
+
 local function id_arg(id, fname)
   if type(id) ~= "string" and type(id) ~= "number" then
     checks.arg_error(fname, 1, "job id expected, got " .. checks.type_name(id))
   end
   return tostring(id)
-end
-
-local function raise(_, err) error(err, 0) end
-
--- Hands `err` to the timer's on_error, as the error of a task of its own.
-local function report_to_timer(q, err)
-  local ok, task = pcall(q.timer.timeout, q.timer, 0, raise, err)
-  if not (ok and task) then io.stderr:write("hwt.jobs: ", tostring(err), "\n") end
-end
-
--- Reports `err` to on_error, or else to the timer's on_error. It never
--- raises, so that a report never cuts short the bookkeeping around it.
-local function report(q, err, job)
-  if not q.on_error then return report_to_timer(q, err) end
-  local ok, raised = pcall(q.on_error, err, job)
-  if not ok then report_to_timer(q, raised) end
 end
 
 function Queue:handle(name, handler)
@@ -427,9 +512,10 @@ end
 
 local arm
 
--- Returns the job's id (a string), or nil and a message when Redis could not
--- be reached or refused: then nothing was written.
-function Queue:schedule(name, delay, payload)
+-- Returns the job's id (a string); or nil, a message and "refused" (nothing
+-- was written) or "unknown" (it may have been: schedule again with the same
+-- opts.id to be sure it exists once).
+function Queue:schedule(name, delay, payload, opts)
   check_queue(self, "schedule")
   name_arg(name, "schedule")
   local seconds = seconds_arg(delay, "schedule", 2)
@@ -437,20 +523,24 @@ function Queue:schedule(name, delay, payload)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local id, err = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds))
-  if not id then return nil, err end
-  self.counts.scheduled = self.counts.scheduled + 1
-  if self.wake and not self.stopped then arm(self, seconds) end
-  return tostring(id)
+  local id, replace = schedule_options(opts)
+  local result, err, kind = eval(self, SCHEDULE, self.keys.schedule, json, micro(seconds), id or "",
+                                 replace and "1" or "0")
+  if result == nil then return nil, err, kind end
+  if result[2] == 1 then
+    self.counts.scheduled = self.counts.scheduled + 1
+    if self.wake and not self.stopped then arm(self, seconds) end
+  end
+  return tostring(result[1])
 end
 
 -- true if the job will never run, on any worker; false if it is running,
--- already ran, was cancelled or dead-lettered; nil and a message when Redis
--- could not be reached.
+-- already ran, was cancelled or dead-lettered; or nil, a message and the
+-- kind, as for schedule().
 function Queue:cancel(id)
   check_queue(self, "cancel")
-  local removed, err = eval(self, CANCEL, self.keys.cancel, id_arg(id, "cancel"))
-  if removed == nil then return nil, err end
+  local removed, err, kind = eval(self, CANCEL, self.keys.cancel, id_arg(id, "cancel"))
+  if removed == nil then return nil, err, kind end
   return removed == 1
 end
 
@@ -462,8 +552,8 @@ function Queue:dead(limit)
   if not limit or limit < 1 or limit % 1 ~= 0 then
     error("bad argument #1 to 'dead' (positive integer expected)", 2)
   end
-  local rows, err = eval(self, DEAD_LIST, self.keys.dead, limit)
-  if not rows then return nil, err end
+  local rows, err, kind = eval(self, DEAD_LIST, self.keys.dead, limit)
+  if not rows then return nil, err, kind end
   local list = {}
   for i, row in ipairs(rows) do
     local name, payload = decode(self.codec, row[2])
@@ -479,8 +569,8 @@ function Queue:requeue(id, delay)
   check_queue(self, "requeue")
   id = id_arg(id, "requeue")
   local seconds = delay == nil and 0 or seconds_arg(delay, "requeue", 2)
-  local moved, err = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
-  if moved == nil then return nil, err end
+  local moved, err, kind = eval(self, REQUEUE, self.keys.requeue, id, micro(seconds))
+  if moved == nil then return nil, err, kind end
   return moved == 1
 end
 
@@ -593,11 +683,22 @@ local function count_lost(q, settled)
   end
 end
 
--- One round trip: settle what finished, claim what is due and there is room
--- for, learn when to ask next.
-local function pump_once(q)
-  local sending = q.outcomes
-  q.outcomes = {}
+-- Outcomes that did not reach Redis go with the next round (Redis settles
+-- each once: a resent one is answered 0).
+local function keep_outcomes(q, sending)
+  for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
+end
+
+-- After a failed round the worker tries again after 0.1 s, doubling up to
+-- poll_interval.
+local function back_off(q)
+  q.failures = q.failures + 1
+  arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+end
+
+-- One round trip: settle `sending` (outcomes), claim what is due and there
+-- is room for, learn when to ask next.
+local function pump_once(q, sending)
   local room = q.stopped and 0 or q.concurrency - q.running
   local args = { room, micro(q.lease), #sending }
   for _, fields in ipairs(sending) do
@@ -606,14 +707,14 @@ local function pump_once(q)
   local asked_at = q.timer:now()
   local reply, err = eval(q, PUMP, q.keys.pump, unpack(args))
   if not reply then
-    for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
-    q.failures = q.failures + 1
+    keep_outcomes(q, sending)
     q.counts.redis_errors = q.counts.redis_errors + 1
-    arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
-    if q.failures == 1 then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    back_off(q)
+    if not q.outage then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    q.outage = true
     return
   end
-  q.failures = 0
+  q.failures, q.outage = 0, false
   count_lost(q, reply[1])
   start_jobs(q, reply[2], asked_at)
   if q.stopped then
@@ -628,6 +729,14 @@ local function pump_once(q)
   arm(q, wait)
 end
 
+-- A round that raised (a reply of the wrong shape, a bug) is reported, each
+-- time, and backed off like a Redis failure: the worker goes on.
+local function round_raised(q, sending, err)
+  keep_outcomes(q, sending)
+  back_off(q)
+  report(q, "hwt.jobs: a worker round failed: " .. tostring(err) .. " (trying again)")
+end
+
 -- The wake's task. A pump that yields (lua-resty-redis) may be overtaken by
 -- the next wake: that one only asks the running pump to go round again.
 function pump(_, q)
@@ -639,11 +748,10 @@ function pump(_, q)
   q.pumping = true
   repeat
     q.pump_again = false
-    local ok, err = pcall(pump_once, q)
-    if not ok then
-      q.pumping = false
-      error(err, 0)
-    end
+    local sending = q.outcomes
+    q.outcomes = {}
+    local ok, err = pcall(pump_once, q, sending)
+    if not ok then round_raised(q, sending, err) end
   until not q.pump_again
   q.pumping = false
 end

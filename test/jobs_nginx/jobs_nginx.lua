@@ -14,6 +14,7 @@ int gettimeofday(jobs_test_timeval *tv, void *tz);
 
 local M = {}
 local redis_port
+local worker_timer
 local to_plain                                     -- schedule and cancel only
 
 -- ngx.now() has milliseconds only: the never-early check needs microseconds.
@@ -24,10 +25,10 @@ local function now_us()
 end
 
 -- A new client each call, as a cosocket belongs to the light thread or
--- request that made it.
-local function connect()
+-- request that made it; it waits `timeout_ms` (default 2000) for a reply.
+local function connect(timeout_ms)
   local red = resty_redis:new()
-  red:set_timeout(2000)
+  red:set_timeout(timeout_ms or 2000)
   local ok, err = red:connect("127.0.0.1", redis_port)
   if not ok then return nil, err end
   return red
@@ -55,8 +56,8 @@ local function record(payload, job)
   return rpush(common.lists(common.TO_NGINX).runs, line)
 end
 
-local function queue(timer, key)
-  return jobs.redis { timer = timer, key = key, connect = connect, release = release,
+local function queue(timer, key, connect_to_redis)
+  return jobs.redis { timer = timer, key = key, connect = connect_to_redis or connect, release = release,
                       poll_interval = 0.2, on_error = log_error("jobs " .. key .. ": ") }
 end
 
@@ -65,6 +66,7 @@ function M.init_worker(port)
   -- 1 ms ticks: a job then starts ~1 ms after its due time, not ~10, so
   -- that a claim even a few ms early shows as an early start.
   local timer = hwt.new { tick = 0.001, on_error = log_error("hwt task: ") }
+  worker_timer = timer
   assert(require("hwt.ngx").start(timer))
   local runner = queue(timer, common.TO_NGINX)
   runner:handle("record", record)
@@ -93,6 +95,32 @@ function M.cancel()
   local cancelled, err = to_plain:cancel(id)
   if cancelled then assert(rpush(common.lists(common.TO_PLAIN).cancelled, id)) end
   ngx.say(tostring(cancelled), err and " " .. err or "")
+end
+
+-- /faults: what lua-resty-redis' failures become (issue 42). The body is
+-- "KIND KIND ID N": the kind of an error reply (WRONGTYPE), the kind of a
+-- request whose reply came after the client's 0.3 s (Redis stalled 0.6 s by
+-- DEBUG SLEEP), the id a retry of that request with its opts.id returned,
+-- and how many jobs Redis then holds.
+function M.faults()
+  local key = "jobs_test:faults:" .. ngx.worker.pid()
+  local due = "{" .. key .. "}:due"
+  local red = assert(connect())
+  assert(red:set(due, "not a sorted set"))
+  local q = queue(worker_timer, key, function() return connect(300) end)
+  local _, _, refused = q:schedule("record", 60)
+  assert(red:del(due))
+  local sleeper = ngx.socket.tcp()
+  assert(sleeper:connect("127.0.0.1", redis_port))
+  assert(sleeper:send("DEBUG SLEEP 0.6\r\n"))
+  ngx.sleep(0.05)
+  local _, _, late = q:schedule("record", 60, nil, { id = "faults-1" })
+  ngx.sleep(0.6)
+  local id = q:schedule("record", 60, nil, { id = "faults-1" })
+  ngx.say(refused, " ", late, " ", tostring(id), " ", red:zcard(due))
+  sleeper:close()
+  assert(red:del(due, "{" .. key .. "}:jobs"))
+  release(red)
 end
 
 return M

@@ -13,8 +13,8 @@ function M.lists(key)
 end
 
 -- `now_us`: the wall clock in whole microseconds (the clock Redis's TIME
--- reads). The payload says when the job may run at the earliest, as a string:
--- a number of 16 digits would not survive hwt.jobs' JSON round trip.
+-- reads). The payload says when the job may run at the earliest, as a string,
+-- which M.record writes out whole (LuaJIT's tostring keeps 14 digits).
 function M.payload(i, delay, now_us)
   return { n = i, not_before = ("%.0f"):format(now_us + math.floor(delay * 1e6)) }
 end
