@@ -3,8 +3,8 @@
 # runs as written, or is marked as a fragment. Each block is one check:
 #   ```lua      run with $LUA against the build in $HWT_OUT, as example.lua in
 #               a scratch directory (LUA_PATH lua/, LUA_CPATH the build; a block
-#               that sets package.path or package.cpath itself runs without
-#               them), within BLOCK_TIMEOUT s: it must exit 0 and write nothing
+#               that sets package.path or package.cpath to a path of its own
+#               runs without them; one that adds to them, with them), within BLOCK_TIMEOUT s: it must exit 0 and write nothing
 #               to stderr. A block that requires hwt.jobs runs against a
 #               private redis-server on a free 127.0.0.1 port.
 #   ```nginx    a whole nginx.conf (it has an events block) is started for real
@@ -174,7 +174,7 @@ run_lua() {
     start_redis || return 1
     sed -i "s/6379/$redis_port/g" "$2/example.lua"
   fi
-  if grep -q 'package\.c\{0,1\}path' "$2/example.lua"; then
+  if grep -q "package\\.c\\{0,1\\}path *= *[\"'[]" "$2/example.lua"; then   # replaces it
     set -- "$1" "$2" env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 \
       -u LUA_PATH_5_3 -u LUA_CPATH_5_3 -u LUA_PATH_5_2 -u LUA_CPATH_5_2
   else
