@@ -141,7 +141,9 @@ end
 -- those calls). The collector is stepped until the first of them has run,
 -- so the others run a few at each later step, that is at the allocations
 -- of whatever the caller does next. The collector steps at nearly every
--- allocation until control:finish().
+-- allocation until control:finish(). Only on Lua 5.4 is that sure (see
+-- steps_at_every_allocation): 5.1-5.3 and LuaJIT step every kilobyte or
+-- more, and 5.2 and 5.3 may run every pending finalizer at once.
 function support.finalizers_at_next_allocations(count, attack)
   local control = { armed = false, hits = 0, ran = 0 }
   function control.arm() control.armed = true end
@@ -164,7 +166,6 @@ function support.finalizers_at_next_allocations(count, attack)
     if control.ran > 0 then break end
     collectgarbage("step", 0)
   end
-  assert(control.ran > 0 and control.ran < count, "the finalizers ran all at once")
   return control
 end
 
