@@ -15,8 +15,12 @@ SANITIZE   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-f
 # The Lua module exports luaopen_hwt_core and hwt_preload only (src/hwt.h).
 MODULE_FLAGS := -fPIC -fvisibility=hidden
 
-CORE_SRC   := src/wheel.c src/engine.c src/lhwt.c
-CORE_HDR   := src/wheel.h src/engine.h src/compat.h src/hwt.h
+# The layers' sources: the engine's (the wheel and the engine: no Lua), then
+# the binding's (src/lhwt*.c).
+BINDING_SRC := $(sort $(wildcard src/lhwt*.c))
+ENGINE_SRC  := $(filter-out $(BINDING_SRC),$(sort $(wildcard src/*.c)))
+CORE_SRC    := $(ENGINE_SRC) $(BINDING_SRC)
+CORE_HDR    := $(wildcard src/*.h)
 BUILD      := build
 # Per interpreter, so that switching LUA never reuses a stale module.
 OUT        := $(BUILD)/$(LUA)
@@ -59,13 +63,13 @@ $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
 
-$(BUILD)/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
+$(BUILD)/test_%: test/test_%.c $(ENGINE_SRC) $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)
-	$(CC) $(WARNINGS) $(CFLAGS) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+	$(CC) $(WARNINGS) $(CFLAGS) -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
-$(BUILD)/asan/test_%: test/test_%.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
+$(BUILD)/asan/test_%: test/test_%.c $(ENGINE_SRC) $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/asan
-	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
 # Eight threads, one lua_State each, sharing one engine, under ThreadSanitizer.
 # compat.h is forced into the host for the C API names 5.1 lacks (LUA_OK).
@@ -98,24 +102,24 @@ $(OUT)/tsan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
 
 # The engine's threads under ThreadSanitizer.
-$(BUILD)/tsan/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
+$(BUILD)/tsan/test_engine: test/test_engine.c $(ENGINE_SRC) $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/tsan
-	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
 # The engine as compilers without 128-bit integers (32-bit targets) build it:
 # it divides by the tick instead of multiplying by the tick's reciprocal.
-$(BUILD)/no_int128/test_engine: test/test_engine.c src/wheel.c src/engine.c $(CORE_HDR) test/splitmix64.h
+$(BUILD)/no_int128/test_engine: test/test_engine.c $(ENGINE_SRC) $(CORE_HDR) test/splitmix64.h
 	@mkdir -p $(BUILD)/no_int128
-	$(CC) $(WARNINGS) $(CFLAGS) -U__SIZEOF_INT128__ -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+	$(CC) $(WARNINGS) $(CFLAGS) -U__SIZEOF_INT128__ -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
 # Reliability checks (make check).
 $(BUILD)/fuzz_wheel: test/fuzz/fuzz_wheel.c src/wheel.c src/wheel.h
 	@mkdir -p $(BUILD)
 	clang $(WARNINGS) -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< src/wheel.c
 
-$(BUILD)/tsan/stress_engine: test/stress_engine.c src/wheel.c src/engine.c $(CORE_HDR)
+$(BUILD)/tsan/stress_engine: test/stress_engine.c $(ENGINE_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
-	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< src/wheel.c src/engine.c
+	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
 # A pthread_create that always fails, preloaded by test/no_thread_test.lua's run.
 $(BUILD)/no_thread.so: test/no_thread.c

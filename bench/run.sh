@@ -87,11 +87,13 @@ else
 fi
 NETTY_JAR="$NETTY_JAR" sh bench/netty/build.sh && echo netty >> "$OUT/present"
 if [ -f bench/bench_engine.c ]; then
-  if [ ! -x build/bench_engine ] || [ bench/bench_engine.c -nt build/bench_engine ] ||
-     [ src/engine.c -nt build/bench_engine ] || [ src/wheel.c -nt build/bench_engine ]; then
+  engine_src=$(ls src/*.c | grep -v '^src/lhwt')          # the wheel and the engine: no Lua
+  # shellcheck disable=SC2086
+  if [ ! -x build/bench_engine ] || [ -n "$(find bench/bench_engine.c $engine_src src/*.h -newer build/bench_engine)" ]; then
     mkdir -p build
     say "building build/bench_engine"
-    ${CC:-cc} -O2 -std=c11 -Isrc -pthread bench/bench_engine.c src/wheel.c src/engine.c \
+    # shellcheck disable=SC2086
+    ${CC:-cc} -O2 -std=c11 -Isrc -pthread bench/bench_engine.c $engine_src \
       -o build/bench_engine >&2 || say "bench_engine build failed: engine will be missing"
   fi
   [ -x build/bench_engine ] && echo engine >> "$OUT/present"

@@ -195,7 +195,7 @@ make_prefix() {
 build_core() {
   # shellcheck disable=SC2086  # $2 and $3 are lists of flags
   (cd "${HWT_SRC:-$ROOT/src}" && "$CC" -std=c11 -O2 -fPIC -fvisibility=hidden -shared -pthread $2 \
-     -o "$1" wheel.c engine.c lhwt.c ${3:-}) >>"$prefix/build.log" 2>&1
+     -o "$1" ./*.c ${3:-}) >>"$prefix/build.log" 2>&1
 }
 
 # ---- a free loopback port, the configuration, nginx ---------------------------
