@@ -51,13 +51,18 @@ rock:
 	@mkdir -p $(ROCK_OUT)/hwt
 	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
 
+# The LuaLS annotations go to the rock's own directory (INST_PREFIX, LuaRocks'
+# PREFIX): `luarocks show --rock-dir hwt` prints it, and its library/ is what
+# .luarc.json's workspace.library names.
 rock-install:
-	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" || \
-	  { echo "make rock-install: no INST_LIBDIR or INST_LUADIR (luarocks passes them)"; exit 1; }
-	mkdir -p "$(INST_LIBDIR)/hwt" "$(INST_LUADIR)/hwt"
+	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" && test -n "$(INST_PREFIX)" || \
+	  { echo "make rock-install: no INST_LIBDIR, INST_LUADIR or INST_PREFIX (luarocks passes them)"; exit 1; }
+	mkdir -p "$(INST_LIBDIR)/hwt" "$(INST_LUADIR)/hwt" "$(INST_PREFIX)/library/hwt"
 	cp $(ROCK_OUT)/hwt/core.so "$(INST_LIBDIR)/hwt/"
 	cp lua/hwt.lua "$(INST_LUADIR)/"
 	cp lua/hwt/*.lua "$(INST_LUADIR)/hwt/"
+	cp library/hwt.lua "$(INST_PREFIX)/library/"
+	cp library/hwt/*.lua "$(INST_PREFIX)/library/hwt/"
 
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
