@@ -150,8 +150,8 @@ static int poll_from(lua_State *L, int status, lua_KContext ran) {
 
 /* internal.poll(timer) -> how many tasks ran: poll() with neither max nor
  * spawn, in C: lua/hwt.lua's drain_timer with its run_drain, without the
- * Lua calls between the wake-up and the first task (each costs a wake-up
- * whose caches are cold; bench/RESULTS.md, twentieth round). false when
+ * Lua calls between the wake-up and the first task (each is paid with the
+ * caches cold, once per wake-up). false when
  * `timer` is not a Timer: poll() raises its own message. */
 int internal_poll(lua_State *L) {
   timer_handle *handle = test_class(L, 1, TIMER_MT_UPVALUE);
