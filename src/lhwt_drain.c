@@ -257,8 +257,8 @@ bool read_ahead_due(drain *d) {
  * of the next READ_AHEAD - 1 due ones, and prefetches the tasks. Each lies
  * anywhere in memory: read here, one after another, their cache misses
  * overlap, where each take would otherwise wait for its own. Only a hint:
- * the due ones may change before their
- * takes. anchors_idx: as in after_finish. */
+ * the due ones may change before their takes. anchors_idx: as in
+ * after_finish. */
 void read_ahead(lua_State *L, drain *d, int anchors_idx) {
   d->ahead_left = READ_AHEAD - 1;
   /* The room first: nothing between the walk and the reads may allocate. */
