@@ -121,7 +121,7 @@ enum { ANCHOR_MAIN, ANCHOR_SINGLE };
 #define ANCHOR_SLOTS_MAX ((UINT32_C(1) << 30) / ANCHOR_STRIDE)
 
 /* The queue userdata. */
-typedef struct lhwt_timer {
+typedef struct lhwt_queue {
   timer_queue queue;
   bool initialized;             /* false once stopped for good and released */
   bool manual_clock;
@@ -133,17 +133,17 @@ typedef struct lhwt_timer {
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
   anchor_slots slots[ANCHOR_KINDS];
   state_timers *home;           /* the list it is in while running */
-  struct lhwt_timer *prev_in_state, *next_in_state;
-} lhwt_timer;
+  struct lhwt_queue *prev_in_state, *next_in_state;
+} lhwt_queue;
 
 /* The Timer userdata: the script's handle on a queue. */
-typedef struct timer_handle {
-  lhwt_timer *tm;               /* in its queue userdata (user value 3) */
-} timer_handle;
+typedef struct lhwt_timer {
+  lhwt_queue *tm;               /* in its queue userdata (user value 3) */
+} lhwt_timer;
 
 /* One lua_State's running queues (those not yet stopped). */
 struct state_timers {
-  lhwt_timer *first;
+  lhwt_queue *first;
   bool closing;                 /* its finalizer ran: the state is closing */
   bool finalizer_sure;          /* its finalizer is known to be registered */
 };
@@ -162,7 +162,7 @@ _Static_assert(sizeof(lhwt_timeout) <= 64, "a Timeout's C part fits in 64 B");
 /* A drain: one draining call's hold on the timeouts it runs (see the
  * dispatch section). */
 typedef struct drain {
-  lhwt_timer *tm;               /* its queue userdata: user value 1 */
+  lhwt_queue *tm;               /* its queue userdata: user value 1 */
   uint64_t seq_limit;           /* a poll: what was scheduled before it began */
   uint64_t handed_seq;          /* a hand-off: the seq its timeout was handed under */
   lhwt_timeout *current;        /* taken, not yet finished (so anchored) */
@@ -211,8 +211,8 @@ static inline void *check_class(lua_State *L, int idx, int mt_upvalue, const cha
   return object ? object : compat_checkudata(L, idx, name);   /* raises the usual message */
 }
 
-static inline lhwt_timer *check_timer(lua_State *L, int idx) {
-  timer_handle *handle = check_class(L, idx, TIMER_MT_UPVALUE, TIMER_MT);
+static inline lhwt_queue *check_timer(lua_State *L, int idx) {
+  lhwt_timer *handle = check_class(L, idx, TIMER_MT_UPVALUE, TIMER_MT);
   return handle->tm;
 }
 
@@ -269,8 +269,8 @@ static inline bool check_task(lua_State *L, int idx) {
 }
 
 /* The queue (the timer's state) that a timeout belongs to. */
-static inline lhwt_timer *timer_of(const lhwt_timeout *to) {
-  return (lhwt_timer *)(void *)to->node.owner;    /* the queue is its first member */
+static inline lhwt_queue *timer_of(const lhwt_timeout *to) {
+  return (lhwt_queue *)(void *)to->node.owner;    /* the queue is its first member */
 }
 
 static inline int call_shape(const lhwt_timeout *to) {
@@ -318,10 +318,10 @@ static inline int drain_uv_of_kind(int kind) {
 /* ---- what each file gives the others ---------------------------------- */
 
 /* lhwt_state.c */
-void list_timer(state_timers *home, lhwt_timer *tm);
-void release_queue(lhwt_timer *tm);
+void list_timer(state_timers *home, lhwt_queue *tm);
+void release_queue(lhwt_queue *tm);
 void set_state_entry(lua_State *L, int uv, int key_idx);
-void retire_queue(lua_State *L, lhwt_timer *tm, int queue_idx);
+void retire_queue(lua_State *L, lhwt_queue *tm, int queue_idx);
 int queue_gc(lua_State *L);
 void keep_library_loaded(void);
 void push_state_timers(lua_State *L);
@@ -333,8 +333,8 @@ void push_timer_of_queue(lua_State *L, int queue_idx);
 int push_kind_table(lua_State *L, int queue_idx, const lhwt_timeout *to);
 void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to, int timeout_idx, int task_idx);
 void clear_slot(lua_State *L, int table_idx, int kind, uint32_t slot);
-void give_back_slot(lhwt_timer *tm, int kind, uint32_t slot);
-void unanchor(lua_State *L, lhwt_timer *tm, int table_idx, lhwt_timeout *to);
+void give_back_slot(lhwt_queue *tm, int kind, uint32_t slot);
+void unanchor(lua_State *L, lhwt_queue *tm, int table_idx, lhwt_timeout *to);
 int push_singles(lua_State *L, int anchors_idx);
 void push_anchored_in(lua_State *L, int anchors_idx, const lhwt_timeout *to);
 size_t list_anchored(lua_State *L, int anchors_idx, timeout **out, size_t room);
@@ -344,12 +344,12 @@ timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count);
 int traceback_handler(lua_State *L);
 void report_task_error(lua_State *L, int on_error_idx, int timeout_idx);
 void push_on_error_of_drain(lua_State *L, int drain_idx);
-void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to);
+void tell_if_earlier(lua_State *L, lhwt_queue *tm, int queue_idx, lhwt_timeout *to);
 int internal_report_error(lua_State *L);
 
 /* lhwt_drain.c */
 drain *check_drain(lua_State *L, int idx);
-drain *begin_poll(lua_State *L, lhwt_timer *tm);
+drain *begin_poll(lua_State *L, lhwt_queue *tm);
 bool has_on_error(lua_State *L);
 void push_anchored(lua_State *L, lhwt_timeout *to);
 int internal_drain(lua_State *L);
@@ -388,7 +388,7 @@ int internal_poll(lua_State *L);
 
 /* lhwt_timer.c */
 int hwt_now(lua_State *L);
-int arming_failed(lua_State *L, const lhwt_timer *tm, int result);
+int arming_failed(lua_State *L, const lhwt_queue *tm, int result);
 int timer_timeout(lua_State *L);
 int timer_every(lua_State *L);
 int timer_wait(lua_State *L);

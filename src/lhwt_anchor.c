@@ -8,7 +8,7 @@
 /* Doubles the room for free slots of `kind` of the queue at queue_idx. The
  * allocation may run a finalizer that anchors timeouts of this queue, and so
  * grows the room itself: what the slots hold is read after it. */
-static void grow_anchor_slots(lua_State *L, lhwt_timer *tm, int kind, int queue_idx) {
+static void grow_anchor_slots(lua_State *L, lhwt_queue *tm, int kind, int queue_idx) {
   anchor_slots *slots = &tm->slots[kind];
   if (slots->capacity >= ANCHOR_SLOTS_MAX) luaL_error(L, "too many timeouts anchored");
   uint32_t capacity = slots->capacity ? 2 * slots->capacity : ANCHOR_SLOTS_MIN;
@@ -77,7 +77,7 @@ int push_kind_table(lua_State *L, int queue_idx, const lhwt_timeout *to) {
  * userdata is at queue_idx. */
 void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to,
                    int timeout_idx, int task_idx) {
-  lhwt_timer *tm = lua_touserdata(L, queue_idx);
+  lhwt_queue *tm = lua_touserdata(L, queue_idx);
   int kind = anchor_kind(to);
   anchor_slots *slots = &tm->slots[kind];
   while (slots->free_count == 0 && slots->used == slots->capacity)   /* see grow_anchor_slots */
@@ -106,14 +106,14 @@ void clear_slot(lua_State *L, int table_idx, int kind, uint32_t slot) {
 }
 
 /* Puts an emptied slot on tm's free list (never full: see anchor_slots). */
-void give_back_slot(lhwt_timer *tm, int kind, uint32_t slot) {
+void give_back_slot(lhwt_queue *tm, int kind, uint32_t slot) {
   anchor_slots *slots = &tm->slots[kind];
   slots->free[slots->free_count++] = slot;
 }
 
 /* Releases the anchor of a timeout of tm, from the table of its kind at
  * table_idx; a second call does nothing. */
-void unanchor(lua_State *L, lhwt_timer *tm, int table_idx, lhwt_timeout *to) {
+void unanchor(lua_State *L, lhwt_queue *tm, int table_idx, lhwt_timeout *to) {
   if (to->anchor == 0) return;
   int kind = anchor_kind(to);
   clear_slot(L, table_idx, kind, to->anchor);

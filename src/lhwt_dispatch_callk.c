@@ -154,7 +154,7 @@ static int poll_from(lua_State *L, int status, lua_KContext ran) {
  * caches cold, once per wake-up). false when
  * `timer` is not a Timer: poll() raises its own message. */
 int internal_poll(lua_State *L) {
-  timer_handle *handle = test_class(L, 1, TIMER_MT_UPVALUE);
+  lhwt_timer *handle = test_class(L, 1, TIMER_MT_UPVALUE);
   if (!handle) {
     lua_pushboolean(L, false);
     return 1;

@@ -50,7 +50,7 @@ void settle_released(lua_State *L, drain *d) {
 enum { FFI_RELEASED, FFI_SHAPE, FFI_READ_AHEAD, FFI_STEP_SIZE };
 
 static int32_t ffi_take(drain *d, int32_t cleared, int32_t *step) {
-  lhwt_timer *tm = d->tm;
+  lhwt_queue *tm = d->tm;
   if (d->released) {
     if (cleared != d->released) return FFI_TAKE_CLASSIC;
     give_back_slot(tm, released_kind(d->released), released_slot(d->released));

@@ -78,7 +78,7 @@ static drain *idle_or_new_drain(lua_State *L, int queue_idx) {
 /* The drain of a poll of tm, whose Timer is at index 1, made ready and left
  * at the top; NULL, with nothing pushed, when nothing is due or tm is
  * stopped. */
-drain *begin_poll(lua_State *L, lhwt_timer *tm) {
+drain *begin_poll(lua_State *L, lhwt_queue *tm) {
   uint64_t seq_limit = tm->initialized ? tq_poll_begin(&tm->queue) : 0;
   if (seq_limit == 0) return NULL;
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
@@ -122,7 +122,7 @@ static void drop_handed(lua_State *L) {
  * want a traceback). false when `timer` is not a Timer: poll() checks its
  * self here, and raises its own message. */
 int internal_drain(lua_State *L) {
-  timer_handle *handle = test_class(L, 1, TIMER_MT_UPVALUE);
+  lhwt_timer *handle = test_class(L, 1, TIMER_MT_UPVALUE);
   if (!handle) {
     lua_pushboolean(L, false);
     return 1;

@@ -67,8 +67,8 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
 
 /* A new queue userdata whose anchor table is that of the Timer at timer_idx;
  * it becomes the Timer's user value TIMER_UV_QUEUE and stays at the top. */
-static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
-  lhwt_timer *tm = compat_newuserdata(L, sizeof *tm, QUEUE_UVS);
+static lhwt_queue *new_queue(lua_State *L, int timer_idx) {
+  lhwt_queue *tm = compat_newuserdata(L, sizeof *tm, QUEUE_UVS);
   memset(tm, 0, sizeof *tm);
   tm->told_due_ns = ENGINE_NEVER;
   compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
@@ -86,7 +86,7 @@ static lhwt_timer *new_queue(lua_State *L, int timer_idx) {
 int hwt_new(lua_State *L) {
   if (!lua_isnoneornil(L, 1)) luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  timer_handle *handle = compat_newuserdata(L, sizeof *handle, TIMER_UVS);
+  lhwt_timer *handle = compat_newuserdata(L, sizeof *handle, TIMER_UVS);
   int timer_idx = lua_gettop(L);
   lua_newtable(L);
 #if COMPAT_FFI
@@ -94,7 +94,7 @@ int hwt_new(lua_State *L) {
   lua_rawseti(L, -2, SINGLES_INDEX);
 #endif
   compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
-  lhwt_timer *tm = handle->tm = new_queue(L, timer_idx);
+  lhwt_queue *tm = handle->tm = new_queue(L, timer_idx);
   int queue_idx = lua_gettop(L);
   timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false, true};
   if (lua_istable(L, 1)) {

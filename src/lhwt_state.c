@@ -13,7 +13,7 @@
 #include <dlfcn.h>
 #endif
 
-void list_timer(state_timers *home, lhwt_timer *tm) {
+void list_timer(state_timers *home, lhwt_queue *tm) {
   tm->home = home;
   tm->prev_in_state = NULL;
   tm->next_in_state = home->first;
@@ -21,7 +21,7 @@ void list_timer(state_timers *home, lhwt_timer *tm) {
   home->first = tm;
 }
 
-static void unlist_timer(lhwt_timer *tm) {
+static void unlist_timer(lhwt_queue *tm) {
   if (!tm->home) return;
   if (tm->prev_in_state) tm->prev_in_state->next_in_state = tm->next_in_state;
   else tm->home->first = tm->next_in_state;
@@ -31,7 +31,7 @@ static void unlist_timer(lhwt_timer *tm) {
 
 /* Lets go of the queue's engine, stopping it first if need be; after this,
  * no hwt thread touches the queue or its timeouts. */
-void release_queue(lhwt_timer *tm) {
+void release_queue(lhwt_queue *tm) {
   if (!tm->initialized) return;
   tq_destroy(&tm->queue);
   unlist_timer(tm);
@@ -51,7 +51,7 @@ void set_state_entry(lua_State *L, int uv, int key_idx) {
 
 /* After a stop: the queue no longer needs to outlive its Timer. queue_idx:
  * the queue userdata. */
-void retire_queue(lua_State *L, lhwt_timer *tm, int queue_idx) {
+void retire_queue(lua_State *L, lhwt_queue *tm, int queue_idx) {
   unlist_timer(tm);
   queue_idx = lua_absindex(L, queue_idx);
   lua_pushnil(L);

@@ -24,7 +24,7 @@ int timeout_cancel(lua_State *L) {
 int timeout_reset(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
-  lhwt_timer *tm = timer_of(to);
+  lhwt_queue *tm = timer_of(to);
   bool anchored_here = to->anchor == 0;
   if (anchored_here) {
     lua_settop(L, 1);
@@ -49,7 +49,7 @@ int timeout_reset(lua_State *L) {
 int timeout_deadline(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
   compat_getuservalue(L, 1, TIMEOUT_UV_QUEUE);
-  const lhwt_timer *tm = lua_touserdata(L, -1);
+  const lhwt_queue *tm = lua_touserdata(L, -1);
   uint64_t deadline_ns = tq_deadline(&to->node);
   lua_pushnumber(L, deadline_ns == ENGINE_NEVER ? HUGE_VAL : ns_to_seconds(tm->epoch_ns + deadline_ns));
   return 1;

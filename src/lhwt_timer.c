@@ -21,7 +21,7 @@ static void push_refusal(lua_State *L, uint64_t max_pending) {
 #define NO_THREAD_MESSAGE "cannot start the timer's worker thread"
 
 /* A failed tq_schedule or tq_reset: raises once stopped, else nil and why. */
-int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
+int arming_failed(lua_State *L, const lhwt_queue *tm, int result) {
   if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
   lua_pushnil(L);
   if (result == TQ_FULL)
@@ -31,7 +31,7 @@ int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
   return 2;
 }
 
-static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t interval_ns) {
+static int schedule(lua_State *L, lhwt_queue *tm, uint64_t delay_ns, uint64_t interval_ns) {
   bool run_method = check_task(L, 3);
   int nargs = lua_gettop(L) - 3;
   luaL_argcheck(L, nargs <= MAX_TASK_ARGS, 3 + MAX_TASK_ARGS, "too many task arguments");
@@ -67,12 +67,12 @@ static int schedule(lua_State *L, lhwt_timer *tm, uint64_t delay_ns, uint64_t in
 }
 
 int timer_timeout(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   return schedule(L, tm, check_delay_ns(L, 2, "delay"), 0);
 }
 
 int timer_every(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   luaL_argcheck(L, luaL_checknumber(L, 2) > 0, 2, "interval must be > 0");
   uint64_t interval_ns = check_delay_ns(L, 2, "interval");
   if (interval_ns == 0) interval_ns = 1;         /* below a nanosecond */
@@ -84,13 +84,13 @@ static uint64_t opt_wait_ns(lua_State *L, int idx) {
 }
 
 int timer_wait(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   lua_pushboolean(L, tq_wait(&tm->queue, opt_wait_ns(L, 2)));
   return 1;
 }
 
-static lhwt_timer *check_manual_timer(lua_State *L, int idx, const char *fname) {
-  lhwt_timer *tm = check_timer(L, idx);
+static lhwt_queue *check_manual_timer(lua_State *L, int idx, const char *fname) {
+  lhwt_queue *tm = check_timer(L, idx);
   if (!tm->manual_clock)
     luaL_error(L, "%s() needs a timer created with clock = \"manual\"", fname);
   return tm;
@@ -99,7 +99,7 @@ static lhwt_timer *check_manual_timer(lua_State *L, int idx, const char *fname) 
 /* internal.clock_mark(timer, seconds) -> the manual clock's time `seconds`
  * from now, in a userdata (nanoseconds, exact on every Lua). */
 int internal_clock_mark(lua_State *L) {
-  lhwt_timer *tm = check_manual_timer(L, 1, "run_for");
+  lhwt_queue *tm = check_manual_timer(L, 1, "run_for");
   uint64_t delta_ns = seconds_to_ns(luaL_checknumber(L, 2));
   uint64_t *mark_ns = compat_newuserdata(L, sizeof *mark_ns, 0);
   uint64_t now_ns = tm->initialized ? engine_now(tm->queue.eng) : 0;
@@ -112,7 +112,7 @@ int internal_clock_mark(lua_State *L) {
  * next deadline, or to the mark if that comes first (not while something
  * is due). Once stopped, the timer is at its mark with nothing due. */
 int internal_step_to(lua_State *L) {
-  lhwt_timer *tm = check_manual_timer(L, 1, "run_for");
+  lhwt_queue *tm = check_manual_timer(L, 1, "run_for");
   const uint64_t *mark_ns = lua_touserdata(L, 2);
   luaL_argcheck(L, mark_ns != NULL, 2, "clock mark expected");
   bool due = false, moved = false, at_mark = true;
@@ -131,7 +131,7 @@ int internal_step_to(lua_State *L) {
 /* internal.advance_clock(timer, seconds): the manual clock's move, without
  * the poll (lua/hwt.lua checks the arguments and drains). */
 int internal_advance_clock(lua_State *L) {
-  lhwt_timer *tm = check_manual_timer(L, 1, "advance");
+  lhwt_queue *tm = check_manual_timer(L, 1, "advance");
   double seconds = luaL_checknumber(L, 2);
   if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
   return 0;
@@ -140,7 +140,7 @@ int internal_advance_clock(lua_State *L) {
 /* internal.clock_state(timer) -> whether its clock is manual, whether it is
  * stopped: what stats() says, without building the table. */
 int internal_clock_state(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   lua_pushboolean(L, tm->manual_clock);
   lua_pushboolean(L, !tm->initialized || tq_is_stopped(&tm->queue));
   return 2;
@@ -152,15 +152,15 @@ int timer_pending(lua_State *L) {
 }
 
 /* Raises once the timer was collected (reachable only from finalizers). */
-static lhwt_timer *check_alive_timer(lua_State *L, int idx) {
-  lhwt_timer *tm = check_timer(L, idx);
+static lhwt_queue *check_alive_timer(lua_State *L, int idx) {
+  lhwt_queue *tm = check_timer(L, idx);
   if (!tm->initialized) luaL_error(L, "timer was garbage-collected or its Lua state is closing");
   return tm;
 }
 
 /* The real clock reads as hwt.now(); a manual one counts from 0. */
 int timer_now(lua_State *L) {
-  lhwt_timer *tm = check_alive_timer(L, 1);
+  lhwt_queue *tm = check_alive_timer(L, 1);
   if (!tm->manual_clock) return hwt_now(L);
   lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
   return 1;
@@ -180,7 +180,7 @@ int timer_fd(lua_State *L) {
 /* Seconds until a poll would run something; nil when nothing can fall due.
  * What it returns is also what on_earlier's watcher compares with. */
 int timer_next_due(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   uint64_t due_in_ns = tm->initialized ? tq_next_due(&tm->queue) : ENGINE_NEVER;
   if (due_in_ns == ENGINE_NEVER) {
     tm->told_due_ns = ENGINE_NEVER;
@@ -195,7 +195,7 @@ int timer_next_due(lua_State *L) {
 /* on_earlier(fn | nil): fn(seconds) hears when an arming makes next_due()
  * earlier than what it last returned or told. */
 int timer_on_earlier(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   if (!lua_isnoneornil(L, 2) && !is_callable(L, 2))
     luaL_argerror(L, 2, "function or nil expected");
   lua_settop(L, 2);
@@ -206,7 +206,7 @@ int timer_on_earlier(lua_State *L) {
 }
 
 int timer_stats(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   tq_stats stats;
   tq_get_stats(&tm->queue, &stats);
   lua_createtable(L, 0, 16);
@@ -241,7 +241,7 @@ static void push_anchors(lua_State *L, int timer_idx) {
 
 /* tq_stop with the timer's anchored timeouts (without them the engine would
  * walk its whole wheel, which other timers may share). */
-static void stop_queue(lua_State *L, lhwt_timer *tm, int anchors_idx, wheel_list *ended) {
+static void stop_queue(lua_State *L, lhwt_queue *tm, int anchors_idx, wheel_list *ended) {
   size_t count;
   timeout **held = held_timeouts(L, anchors_idx, &count);
   tq_stop(&tm->queue, held, count, ended);
@@ -250,7 +250,7 @@ static void stop_queue(lua_State *L, lhwt_timer *tm, int anchors_idx, wheel_list
 
 /* Stops the timer at index 1; returns the timeouts that never ran, in
  * deadline order, as an array at the top of the stack. */
-static void stop_timer(lua_State *L, lhwt_timer *tm) {
+static void stop_timer(lua_State *L, lhwt_queue *tm) {
   lua_createtable(L, (int)tq_pending(&tm->queue), 0);
   int result_idx = lua_gettop(L);
   push_anchors(L, 1);
@@ -281,7 +281,7 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
  * were anchored meanwhile. From the reading on nothing allocates, so every
  * Timeout listed is still anchored when it is stored. */
 int timer_timeouts(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   lua_settop(L, 1);
   push_anchors(L, 1);
   luaL_checkstack(L, 8, "timeouts()");
@@ -305,7 +305,7 @@ int timer_timeouts(lua_State *L) {
 }
 
 int timer_stop(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   lua_settop(L, 1);
   stop_timer(L, tm);
   return 1;
@@ -313,7 +313,7 @@ int timer_stop(lua_State *L) {
 
 /* Through the stop method, so that what extends it (lua/hwt.lua) runs too. */
 int timer_close(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   lua_settop(L, 1);
   if (!tm->initialized) return 0;
   lua_getfield(L, 1, "stop");
@@ -323,7 +323,7 @@ int timer_close(lua_State *L) {
 }
 
 int timer_gc(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   if (tm->initialized) {
     push_anchors(L, 1);
     stop_queue(L, tm, lua_gettop(L), NULL);
@@ -337,7 +337,7 @@ int timer_gc(lua_State *L) {
 }
 
 int timer_tostring(lua_State *L) {
-  lhwt_timer *tm = check_timer(L, 1);
+  lhwt_queue *tm = check_timer(L, 1);
   if (!tm->initialized || tq_is_stopped(&tm->queue))
     lua_pushfstring(L, "hwt.Timer (stopped): %p", (void *)tm);
   else
