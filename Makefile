@@ -199,7 +199,7 @@ demo: deps all
 	@$(RUN_ENV) $(LUA) examples/retry.lua
 
 # Side-by-side benchmark: hwt on $(LUA) and on LuaJIT against luv, a Lua heap,
-# Netty and timerwheel.lua (bench/RESULTS.md). LuaJIT and its headers too.
+# Netty and timerwheel.lua (bench/README.md). LuaJIT and its headers too.
 bench-deps: deps
 	@LUA=$(LUA) HWT_BENCH=1 sh test/deps.sh
 	@LUA=luajit sh test/deps.sh
@@ -218,18 +218,18 @@ bench-idle: deps all
 	@$(RUN_ENV) $(LUA) bench/idle.lua
 
 # An idle timeout re-armed on every event: reset() against cancel + new
-# timeout and luv's timer:again() (bench/RESULTS.md).
+# timeout and luv's timer:again() (bench/README.md).
 bench-reset: deps all
 	@$(RUN_ENV) $(LUA) bench/reset.lua
 
 # nginx: the worker's wake-ups while idle and the lateness of 10^4 timeouts,
 # What any Lua timer pays on this machine, on Lua 5.4 and LuaJIT: a closure, a
-# userdata, a C call, an anchor, a cache miss, the drain floor (bench/RESULTS.md).
+# userdata, a C call, an anchor, a cache miss, the drain floor (bench/README.md).
 bench-floor: bench-deps
 	@sh bench/floor.sh
 
 # hwt against the contract's floor: W1-W3s with and without a timer behind
-# the API's Lua-side work, Lua 5.4 and LuaJIT, interleaved (bench/RESULTS.md).
+# the API's Lua-side work, Lua 5.4 and LuaJIT, interleaved (bench/README.md).
 bench-contract: bench-deps
 	@sh bench/contract.sh
 
@@ -242,11 +242,11 @@ bench-wake: bench-deps all
 	  LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);build/floor/$(LUA)/?.so;;' $(LUA) bench/wake.lua $$mode; \
 	  done; done
 
-# hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/RESULTS.md).
+# hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/README.md).
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
-# hwt.jobs against a hand-written Redis polling loop (bench/RESULTS.md).
+# hwt.jobs against a hand-written Redis polling loop (bench/README.md).
 bench-jobs: deps all
 	@sh bench/jobs_bench.sh
 
