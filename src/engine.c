@@ -704,28 +704,9 @@ static timeout *take_due_locked(timer_queue *q, uint64_t seq_limit) {
   return t;
 }
 
-static unsigned late_bucket(uint64_t late_ns) {
-  if (late_ns == 0) return 0;
-  if (late_ns < (UINT64_C(1) << LATE_FIRST_POWER)) return 1;
-  unsigned power = 63u - (unsigned)__builtin_clzll(late_ns);
-  unsigned sub = (unsigned)(late_ns >> (power - LATE_SUB_BITS)) & (LATE_SUB_BUCKETS - 1);
-  return 2 + (power - LATE_FIRST_POWER) * LATE_SUB_BUCKETS + sub;
-}
-
-/* The middle of a bucket: what every lateness in it reads as. */
-static uint64_t late_bucket_middle(unsigned bucket) {
-  if (bucket == 0) return 0;
-  if (bucket == 1) return UINT64_C(1) << (LATE_FIRST_POWER - 1);
-  unsigned power = LATE_FIRST_POWER + (bucket - 2) / LATE_SUB_BUCKETS;
-  uint64_t width = UINT64_C(1) << (power - LATE_SUB_BITS);
-  uint64_t low = (UINT64_C(1) << power) + ((bucket - 2) % LATE_SUB_BUCKETS) * width;
-  return low + width / 2;
-}
-
 static void record_lateness_locked(timer_queue *q, uint64_t late_ns) {
   if (late_ns > q->stats.late_max_ns) q->stats.late_max_ns = late_ns;
-  q->lateness.count[late_bucket(late_ns)]++;
-  q->lateness.total++;
+  late_record(&q->lateness, late_ns);
 }
 
 static void start_locked(engine *eng, timeout *t) {
@@ -1043,16 +1024,7 @@ uint64_t tq_step_manual(timer_queue *q, uint64_t until_ns, bool *due) {
 
 uint64_t tq_late_percentile(timer_queue *q, unsigned percent) {
   engine *eng = lock_engine(q);
-  const late_histogram *h = &q->lateness;
-  uint64_t rank = h->total / 100 * percent + (h->total % 100 * percent + 99) / 100;
-  uint64_t seen = 0, middle = 0;
-  for (unsigned bucket = 0; rank > 0 && bucket < LATE_BUCKETS; bucket++) {
-    seen += h->count[bucket];
-    if (seen >= rank) {
-      middle = late_bucket_middle(bucket);
-      break;
-    }
-  }
+  uint64_t middle = late_percentile(&q->lateness, percent);
   if (eng) pthread_mutex_unlock(&eng->lock);
   return middle;
 }

@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lateness.h"
 #include "wheel.h"
 
 #define ENGINE_NEVER UINT64_MAX
@@ -87,18 +88,6 @@ typedef struct tq_stats {
   uint64_t late_max_ns;                   /* largest start - deadline */
   uint64_t worker_wakeups;                /* of the engine's worker */
 } tq_stats;
-
-/* Lateness (start - deadline) of every task started: one bucket for 0, one
- * for 1..511 ns, then LATE_SUB_BUCKETS per power of two up to 2^63, so that
- * a bucket's middle is within 1/16 of any value in it. O(1) per task. */
-#define LATE_SUB_BITS 3
-#define LATE_SUB_BUCKETS (1 << LATE_SUB_BITS)
-#define LATE_FIRST_POWER 9                 /* 512 ns */
-#define LATE_BUCKETS (2 + (64 - LATE_FIRST_POWER) * LATE_SUB_BUCKETS)
-typedef struct late_histogram {
-  uint64_t count[LATE_BUCKETS];
-  uint64_t total;
-} late_histogram;
 
 /* Fields are private to engine.c; the struct is public so that a caller can
  * embed it (the Lua binding keeps it inside the Timer userdata). */
