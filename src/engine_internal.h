@@ -42,10 +42,10 @@ struct engine {
    * reached but after now: held here, in (deadline, seq) order, so that each
    * falls due at its exact deadline, not at the end of its tick. */
   wheel_list held;
-  struct due_entry *sort_scratch;          /* collect_locked's sort buffers: */
-  struct due_entry *sorted;                /* a batch, then the batch in order */
+  due_entry *sort_scratch;          /* collect_locked's sort buffers: */
+  due_entry *sorted;                /* a batch, then the batch in order */
   size_t sort_scratch_size;
-  size_t *bucket_ends;                     /* BATCH_BUCKETS_MAX + 1 of them */
+  size_t *bucket_ends;                     /* DUE_BUCKETS_MAX + 1 of them */
   unsigned refs;                /* the creator's and each queue's, until destroyed */
   unsigned running_queues;      /* queues not yet stopped: the worker's users */
   struct engine *fork_next, *fork_prev;      /* all engines (fork, sharing) */

@@ -39,7 +39,7 @@ static void clear_due_signal_locked(timer_queue *q) {
 static void make_due_locked(timeout *t) {
   timer_queue *q = t->owner;
   wheel_node *pos = q->due.tail;
-  while (pos && runs_before(t, timeout_of(pos))) pos = pos->prev;
+  while (pos && due_before(t, timeout_of(pos))) pos = pos->prev;
   wheel_list_insert_after(&q->due, pos, &t->link);
   t->state = TIMEOUT_DUE;
   if (q->stats.due++ == 0) signal_due_locked(q);
@@ -60,7 +60,7 @@ static void unlink_due_locked(timeout *t) {
 
 static void hold_locked(engine *eng, timeout *t) {
   wheel_node *pos = eng->held.tail;
-  while (pos && runs_before(t, timeout_of(pos))) pos = pos->prev;
+  while (pos && due_before(t, timeout_of(pos))) pos = pos->prev;
   wheel_list_insert_after(&eng->held, pos, &t->link);
   t->link.level = HELD_LEVEL;
 }
@@ -121,15 +121,15 @@ static void disarm_locked(engine *eng, timeout *t) {
  * grown one entry at a time as a batch is taken from the wheel. */
 static bool grow_sort_buffers(engine *eng, size_t count) {
   if (!eng->bucket_ends) {
-    eng->bucket_ends = malloc((BATCH_BUCKETS_MAX + 1) * sizeof *eng->bucket_ends);
+    eng->bucket_ends = malloc((DUE_BUCKETS_MAX + 1) * sizeof *eng->bucket_ends);
     if (!eng->bucket_ends) return false;
   }
   size_t size = eng->sort_scratch_size ? 2 * eng->sort_scratch_size : SORT_BUFFER_MIN;
   if (size < count) size = count;
-  struct due_entry *scratch = realloc(eng->sort_scratch, size * sizeof *scratch);
+  due_entry *scratch = realloc(eng->sort_scratch, size * sizeof *scratch);
   if (!scratch) return false;
   eng->sort_scratch = scratch;
-  struct due_entry *sorted = realloc(eng->sorted, size * sizeof *sorted);
+  due_entry *sorted = realloc(eng->sorted, size * sizeof *sorted);
   if (!sorted) return false;
   eng->sorted = sorted;
   eng->sort_scratch_size = size;
@@ -171,20 +171,8 @@ static void take_due_node(wheel_node *n, void *ctx) {
       !grow_sort_buffers(eng, batch->count + 1))
     switch_to_list(batch);
   if (batch->as_list) wheel_list_push_back(&batch->list, n);
-  else eng->sort_scratch[batch->count] = entry_of(timeout_of(n));
+  else eng->sort_scratch[batch->count] = due_entry_of(timeout_of(n));
   batch->count++;
-}
-
-/* The batch's entries (count of them, in eng->sort_scratch) in (deadline,
- * seq) order. */
-static const struct due_entry *sorted_batch(engine *eng, size_t count) {
-  if (order_monotonic(eng->sort_scratch, count)) return eng->sort_scratch;
-  if (count <= SMALL_SORT) {
-    sort_entries(eng->sort_scratch, count);
-    return eng->sort_scratch;
-  }
-  bucket_sort_entries(eng->sort_scratch, eng->sorted, count, eng->bucket_ends);
-  return eng->sorted;
 }
 
 static void release_held_locked(engine *eng, uint64_t now_ns) {
@@ -200,7 +188,9 @@ static void release_held_locked(engine *eng, uint64_t now_ns) {
 static void settle_batch_locked(engine *eng, due_batch *batch, uint64_t now_ns) {
   size_t count = batch->count;
   if (!batch->as_list) {
-    const struct due_entry *in_order = count > 1 ? sorted_batch(eng, count) : eng->sort_scratch;
+    const due_entry *in_order =
+        count > 1 ? due_order_batch(eng->sort_scratch, eng->sorted, count, eng->bucket_ends)
+                  : eng->sort_scratch;
     for (size_t i = 0; i < count; i++) {
       if (i + SETTLE_PREFETCH_AHEAD < count)
         __builtin_prefetch(in_order[i + SETTLE_PREFETCH_AHEAD].t, 1);
@@ -209,7 +199,7 @@ static void settle_batch_locked(engine *eng, due_batch *batch, uint64_t now_ns) 
     release_large_sort_buffers(eng);
     return;
   }
-  sort_by_deadline(&batch->list);                  /* no memory for the array */
+  due_order_list_merge(&batch->list);              /* no memory for the array */
   wheel_node *n;
   while ((n = wheel_list_pop_front(&batch->list))) settle_locked(eng, timeout_of(n), now_ns);
 }
@@ -587,7 +577,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   bool last_user = --eng->running_queues == 0;
   pthread_cond_broadcast(&q->due_cond);
   pthread_mutex_unlock(&eng->lock);
-  if (ended) sort_ended(ended);
+  if (ended) due_order_list(ended);
   if (last_user) stop_worker(eng);
 }
 
@@ -632,7 +622,7 @@ static bool note_earliest(const wheel_node *n, void *ctx) {
   struct earliest *e = ctx;
   const timeout *t = (const timeout *)(const void *)n;
   if (t->owner != e->q) return false;
-  if (!e->first || runs_before(t, e->first)) e->first = t;
+  if (!e->first || due_before(t, e->first)) e->first = t;
   return true;
 }
 
@@ -678,11 +668,11 @@ int tq_select_pending(timer_queue *q, timeout **held, size_t count, size_t *kept
     if (held[i]->owner == q && !q->stopped && still_held_locked(held[i])) held[(*kept)++] = held[i];
   pthread_mutex_unlock(&eng->lock);
   if (*kept < 2) return TQ_OK;
-  struct due_entry *entries = malloc(*kept * sizeof *entries);
+  due_entry *entries = malloc(*kept * sizeof *entries);
   if (!entries) return TQ_NO_MEMORY;
   for (size_t i = 0; i < *kept; i++)
-    entries[i] = (struct due_entry){held[i]->deadline_ns, held[i]->seq, held[i]};
-  sort_entries(entries, *kept);
+    entries[i] = due_entry_of(held[i]);
+  due_order_sort(entries, *kept);
   for (size_t i = 0; i < *kept; i++) held[i] = entries[i].t;
   free(entries);
   return TQ_OK;
