@@ -41,8 +41,8 @@
  *                    found through the node, its state set; and
  *                    ref_cancel_wheel_counted, with the three counts the
  *                    engine keeps: each is one more store), the same
- *                    with slots that are arrays, the issue's other design
- *                    for a cancel that does not touch the neighbours
+ *                    with slots that are arrays, another design for a
+ *                    cancel that does not touch the neighbours
  *                    (ref_cancel_slot_array),
  *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
@@ -503,8 +503,8 @@ static size_t flat_slot(const wheel *w, const wheel_node *n) {
   return n->level == 0 ? slot : WHEEL_SLOTS + ((size_t)(n->level - 1) << WHEEL_LEVEL_BITS) + slot;
 }
 
-/* ref_cancel_wheel_counted with slots that are arrays of pointers: the
- * issue's other design for a cancel that leaves the neighbours alone. The
+/* ref_cancel_wheel_counted with slots that are arrays of pointers: another
+ * design for a cancel that leaves the neighbours alone. The
  * draw is placed in the slots src/wheel.c gives it, each slot's pointers
  * together in one array, a node keeping its place in its `next` field (free
  * while a node is in no list). A cancel clears its pointer and counts the

@@ -83,7 +83,7 @@ static void unlist_engine(engine *eng) {         /* all_engines_lock held */
 /* A schedule turns its deadline into a tick on its way to the wheel, and so
  * does each timeout that an expiry moves down a level. A 64-bit divide there
  * costs about 6 ns on this project's VMs, a multiply by a reciprocal made
- * once per engine about 2 (bench/RESULTS.md, twenty-fourth round). With
+ * once per engine about 2: ticks_in (engine_internal.h) multiplies. With
  * l = ceil(log2 tick_ns) and m = ceil(2^(63+l) / tick_ns),
  * floor(m n / 2^(63+l)) = floor(n / tick_ns) for every n < 2^63 (Granlund and
  * Montgomery 1994, theorem 4.2). The engine divides nothing above 2^63: a time

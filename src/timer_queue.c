@@ -342,7 +342,8 @@ __attribute__((noinline)) static bool cancel_elsewhere_and_unlock(timeout *t) {
  * here with as few stores as it can make (a saved register is one): in
  * random order a store costs a cancel about 3 ns, because the unlock waits
  * until every earlier store, the neighbours' missing ones too, has reached
- * the cache (bench/RESULTS.md, twenty-third round). */
+ * the cache (bench/bench_engine.c's ref_cancel_wheel and
+ * ref_cancel_wheel_counted measure it). */
 bool tq_cancel(timeout *t) {
   engine *eng = t->owner->eng;
   if (!eng) return false;
