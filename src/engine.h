@@ -49,6 +49,7 @@
 #define ENGINE_NEVER UINT64_MAX
 #define ENGINE_MAX_DELAY_NS (UINT64_C(1) << 62)    /* ~146 years */
 #define ENGINE_TICK_MIN_NS UINT64_C(1000)
+#define ENGINE_WHEEL_SIZE_MAX WHEEL_SIZE_MAX  /* engine_new's largest wheel_size */
 
 typedef struct engine engine;
 typedef struct timer_queue timer_queue;
@@ -214,9 +215,16 @@ uint64_t tq_step_manual(timer_queue *q, uint64_t until_ns, bool *due);
  * middle of its bucket (0 for exactly 0); 0 when no task has started. */
 uint64_t tq_late_percentile(timer_queue *q, unsigned percent);
 
-/* Ends q: every pending timeout is unlinked and appended to `ended`, in
- * (deadline, seq) order: CANCELLED if it never ran, DONE if it is a periodic
- * one that ran. Later tq_schedule calls return TQ_STOPPED.
+/* The timeouts a tq_stop ended, in (deadline, seq) order, for the caller to
+ * take one by one with tq_ended_pop. */
+typedef wheel_list tq_ended;
+
+/* Ends q: every pending timeout is unlinked and put in `ended`, in
+ * (deadline, seq) order: CANCELLED if it never ran (timeout_has_run is
+ * false), DONE if it is a periodic one that ran. Later tq_schedule calls
+ * return TQ_STOPPED. `ended` need not be initialised: tq_stop sets it (empty
+ * when q was already stopped); it may be NULL when the caller does not need
+ * them (then nothing is sorted).
  *
  * The engine keeps no list of a queue's timeouts (it would cost 16 bytes and
  * two cache misses per timeout), so the caller says which ones it holds:
@@ -224,9 +232,12 @@ uint64_t tq_late_percentile(timer_queue *q, unsigned percent);
  * engine has not let go. Those are found in O(count). Any the caller leaves
  * out are still found if they wait in the wheel or the due list, by a walk of
  * the engine's wheel: O(all pending timeouts of the engine). A never-firing
- * one left out stays PENDING but inert (tq_cancel returns false).
- * `ended` may be NULL when the caller does not need them (no sorting). */
-void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *ended);
+ * one left out stays PENDING but inert (tq_cancel returns false). */
+void tq_stop(timer_queue *q, timeout *const *held, size_t count, tq_ended *ended);
+/* The next of the timeouts tq_stop ended, in (deadline, seq) order; NULL
+ * once all are taken. Each is the caller's again: the engine no longer
+ * touches it. */
+timeout *tq_ended_pop(tq_ended *ended);
 
 /* Blocks until a timeout is due, q stops or timeout_ns pass. true if one is
  * due. With ENGINE_NEVER (no limit) it returns false at once when none can
@@ -240,6 +251,13 @@ bool tq_wait(timer_queue *q, uint64_t timeout_ns);
  * first watched fd; -1 (nothing watched) when it cannot be started. */
 int tq_fd(timer_queue *q);
 bool tq_is_stopped(timer_queue *q);
+/* Nanoseconds on the clock of q's engine (engine_now); 0 after tq_destroy. */
+uint64_t tq_now_ns(timer_queue *q);
+/* Manual clock only: engine_advance_manual on q's engine, whose other
+ * queues see the time move too; nothing after tq_destroy. */
+void tq_advance_manual(timer_queue *q, uint64_t delta_ns);
+/* The max_pending q was made with (0: unlimited). */
+static inline uint64_t tq_max_pending(const timer_queue *q) { return q->max_pending; }
 void tq_get_stats(timer_queue *q, tq_stats *out);
 uint64_t tq_pending(timer_queue *q);
 
@@ -251,6 +269,21 @@ uint64_t timeout_remaining(timeout *t);
 int timeout_state(timeout *t);
 /* timeout_state(t) == TIMEOUT_CANCELLED, without the clock read. */
 bool timeout_cancelled(timeout *t);
+
+/* What a timeout's owner reads of it without a lock: each changes only
+ * through that owner's own calls (tq_schedule, tq_reset, tq_pop_due,
+ * tq_start, tq_finish), never on the engine's worker. */
+/* The queue t was last scheduled on. */
+static inline timer_queue *timeout_queue(const timeout *t) { return t->owner; }
+/* t's seq now: what tq_finish, tq_start and tq_unhand take, read as
+ * tq_pop_due or tq_hand_due hands t out; tq_reset and a periodic's tq_finish
+ * give it a new one. */
+static inline uint64_t timeout_seq(const timeout *t) { return t->seq; }
+/* A periodic timeout's interval, a one-shot's delay: what a reset re-arms
+ * with when given no other delay. */
+static inline uint64_t timeout_period_ns(const timeout *t) { return t->period_ns; }
+/* Whether t's task has started since its last tq_schedule or tq_reset. */
+static inline bool timeout_has_run(const timeout *t) { return t->has_run; }
 
 static inline timeout *timeout_of(wheel_node *n) {
   return (timeout *)(void *)n;            /* link is the first member */

@@ -556,7 +556,8 @@ static void end_unheld_locked(engine *eng, timer_queue *q, wheel_list *ended) {
   }
 }
 
-void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *ended) {
+void tq_stop(timer_queue *q, timeout *const *held, size_t count, tq_ended *ended) {
+  if (ended) *ended = (tq_ended){0};
   engine *eng = lock_engine(q);
   if (!eng) return;
   if (q->stopped) {
@@ -580,6 +581,11 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, wheel_list *end
   pthread_mutex_unlock(&eng->lock);
   if (ended) due_order_list(ended);
   if (last_user) stop_worker(eng);
+}
+
+timeout *tq_ended_pop(tq_ended *ended) {
+  wheel_node *n = wheel_list_pop_front(ended);
+  return n ? timeout_of(n) : NULL;
 }
 
 bool tq_wait(timer_queue *q, uint64_t timeout_ns) {
@@ -756,6 +762,16 @@ void tq_get_stats(timer_queue *q, tq_stats *out) {
   q->stats.worker_wakeups = eng->worker_wakeups;
   *out = q->stats;
   pthread_mutex_unlock(&eng->lock);
+}
+
+uint64_t tq_now_ns(timer_queue *q) {
+  engine *eng = q->eng;
+  return eng ? clock_now_ns(eng) : 0;
+}
+
+void tq_advance_manual(timer_queue *q, uint64_t delta_ns) {
+  engine *eng = q->eng;
+  if (eng) engine_advance_manual(eng, delta_ns);
 }
 
 uint64_t tq_pending(timer_queue *q) {
