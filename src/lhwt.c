@@ -287,7 +287,7 @@ static void push_anchors(lua_State *L, int timer_idx) {
 
 /* The queue (the timer's state) that a timeout belongs to. */
 static lhwt_timer *timer_of(const lhwt_timeout *to) {
-  return (lhwt_timer *)(void *)to->node.owner;    /* the queue is its first member */
+  return (lhwt_timer *)(void *)timeout_queue(&to->node);    /* the queue is its first member */
 }
 
 /* How lua/hwt.lua calls a task: task(t) .. task(t, a, b) straight from the
@@ -688,7 +688,7 @@ static void push_timer_of_queue(lua_State *L, int queue_idx) {
  * the time it last heard of. queue_idx: the queue userdata. */
 static void tell_if_earlier(lua_State *L, lhwt_timer *tm, int queue_idx, lhwt_timeout *to) {
   if (!tm->has_watcher || !tm->initialized) return;   /* a released queue has no clock */
-  uint64_t now_ns = engine_now(tm->queue.eng);
+  uint64_t now_ns = tq_now_ns(&tm->queue);
   uint64_t due_at_ns = tq_due_at(&to->node);
   if (due_at_ns < now_ns) due_at_ns = now_ns;       /* due: as next_due() counts it */
   if (due_at_ns >= tm->told_due_ns) return;
@@ -889,7 +889,7 @@ static void settle_released(lua_State *L, drain *d) {
 
 static void make_current(drain *d, lhwt_timeout *to) {
   d->current = to;
-  d->current_seq = to->node.seq;
+  d->current_seq = timeout_seq(&to->node);
   d->taken++;
   count_drain_in(to);
 }
@@ -1182,7 +1182,7 @@ static int internal_hand(lua_State *L) {
   lua_replace(L, 1);
   handoff->is_handoff = true;
   handoff->handed = to;
-  handoff->handed_seq = to->node.seq;
+  handoff->handed_seq = timeout_seq(&to->node);
   hold_handed(L, to);
   lua_settop(L, 1);                           /* the hand-off */
   return 1;
@@ -1419,7 +1419,7 @@ static int arming_failed(lua_State *L, const lhwt_timer *tm, int result) {
   if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
   lua_pushnil(L);
   if (result == TQ_FULL)
-    push_refusal(L, tm->queue.max_pending);
+    push_refusal(L, tq_max_pending(&tm->queue));
   else
     lua_pushliteral(L, NO_THREAD_MESSAGE);
   return 2;
@@ -1496,7 +1496,7 @@ static int internal_clock_mark(lua_State *L) {
   lhwt_timer *tm = check_manual_timer(L, 1, "run_for");
   uint64_t delta_ns = seconds_to_ns(luaL_checknumber(L, 2));
   uint64_t *mark_ns = compat_newuserdata(L, sizeof *mark_ns, 0);
-  uint64_t now_ns = tm->initialized ? engine_now(tm->queue.eng) : 0;
+  uint64_t now_ns = tm->initialized ? tq_now_ns(&tm->queue) : 0;
   *mark_ns = delta_ns > ENGINE_MAX_DELAY_NS - now_ns ? ENGINE_MAX_DELAY_NS : now_ns + delta_ns;
   return 1;
 }
@@ -1511,7 +1511,7 @@ static int internal_step_to(lua_State *L) {
   luaL_argcheck(L, mark_ns != NULL, 2, "clock mark expected");
   bool due = false, moved = false, at_mark = true;
   if (tm->initialized && !tq_is_stopped(&tm->queue)) {
-    uint64_t before_ns = engine_now(tm->queue.eng);
+    uint64_t before_ns = tq_now_ns(&tm->queue);
     uint64_t now_ns = tq_step_manual(&tm->queue, *mark_ns, &due);
     at_mark = now_ns >= *mark_ns;
     moved = now_ns != before_ns;
@@ -1527,7 +1527,7 @@ static int internal_step_to(lua_State *L) {
 static int internal_advance_clock(lua_State *L) {
   lhwt_timer *tm = check_manual_timer(L, 1, "advance");
   double seconds = luaL_checknumber(L, 2);
-  if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
+  if (!tq_is_stopped(&tm->queue)) tq_advance_manual(&tm->queue, seconds_to_ns(seconds));
   return 0;
 }
 
@@ -1556,7 +1556,7 @@ static lhwt_timer *check_alive_timer(lua_State *L, int idx) {
 static int timer_now(lua_State *L) {
   lhwt_timer *tm = check_alive_timer(L, 1);
   if (!tm->manual_clock) return hwt_now(L);
-  lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
+  lua_pushnumber(L, ns_to_seconds(tq_now_ns(&tm->queue)));
   return 1;
 }
 
@@ -1581,7 +1581,7 @@ static int timer_next_due(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  tm->told_due_ns = engine_now(tm->queue.eng) + due_in_ns;
+  tm->told_due_ns = tq_now_ns(&tm->queue) + due_in_ns;
   lua_pushnumber(L, ns_to_seconds(due_in_ns));
   return 1;
 }
@@ -1611,7 +1611,7 @@ static int timer_stats(lua_State *L) {
   set_integer_field(L, "ticks", stats.ticks);
   set_integer_field(L, "worker_wakeups", stats.worker_wakeups);
   set_integer_field(L, "wheel_size", tm->wheel_size);
-  set_integer_field(L, "max_pending", tm->queue.max_pending);
+  set_integer_field(L, "max_pending", tq_max_pending(&tm->queue));
   lua_pushnumber(L, ns_to_seconds(stats.late_max_ns));
   lua_setfield(L, -2, "late_max");
   lua_pushnumber(L, ns_to_seconds(tq_late_percentile(&tm->queue, 50)));
@@ -1671,7 +1671,7 @@ static timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count) {
 
 /* tq_stop with the timer's anchored timeouts (without them the engine would
  * walk its whole wheel, which other timers may share). */
-static void stop_queue(lua_State *L, lhwt_timer *tm, int anchors_idx, wheel_list *ended) {
+static void stop_queue(lua_State *L, lhwt_timer *tm, int anchors_idx, tq_ended *ended) {
   size_t count;
   timeout **held = held_timeouts(L, anchors_idx, &count);
   tq_stop(&tm->queue, held, count, ended);
@@ -1686,15 +1686,15 @@ static void stop_timer(lua_State *L, lhwt_timer *tm) {
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
   int singles_idx = push_singles(L, anchors_idx);
-  wheel_list ended = {0};
+  tq_ended ended;
   stop_queue(L, tm, anchors_idx, &ended);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
   retire_queue(L, tm, -1);
   int count = 0;
-  wheel_node *n;
-  while ((n = wheel_list_pop_front(&ended))) {
-    lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
-    if (to->node.state == TIMEOUT_CANCELLED) {
+  timeout *n;
+  while ((n = tq_ended_pop(&ended))) {
+    lhwt_timeout *to = (lhwt_timeout *)n;
+    if (!timeout_has_run(&to->node)) {                  /* CANCELLED, not DONE */
       push_anchored_in(L, anchors_idx, to);
       lua_rawseti(L, result_idx, ++count);
     }
@@ -1830,7 +1830,7 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
       luaL_error(L, "bad option 'tick' to 'new' (seconds from 1e-06 to 4.6e+09 expected, got %f)",
                  opts->tick);
   } else if (strcmp(key, "wheel_size") == 0) {
-    opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX, "integer from 1 to 2^30");
+    opts->wheel_size = option_integer(L, key, 1, ENGINE_WHEEL_SIZE_MAX, "integer from 1 to 2^30");
   } else if (strcmp(key, "max_pending") == 0) {
     opts->max_pending = option_integer(L, key, 0, LUA_MAXINTEGER, "integer >= 0");
   } else if (strcmp(key, "on_error") == 0) {
@@ -1942,7 +1942,7 @@ static int timeout_cancel(lua_State *L) {
  * watcher) needs no user value. */
 static int timeout_reset(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
-  uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
+  uint64_t delay_ns = lua_isnoneornil(L, 2) ? timeout_period_ns(&to->node) : check_delay_ns(L, 2, "delay");
   lhwt_timer *tm = timer_of(to);
   bool anchored_here = to->anchor == 0;
   if (anchored_here) {
@@ -1985,7 +1985,7 @@ static int timeout_is_cancelled(lua_State *L) {
 }
 
 static int timeout_is_expired(lua_State *L) {
-  lua_pushboolean(L, check_timeout(L, 1)->node.has_run);
+  lua_pushboolean(L, timeout_has_run(&check_timeout(L, 1)->node));
   return 1;
 }
 
@@ -2011,7 +2011,7 @@ static int timeout_remaining_seconds(lua_State *L) {
 
 static const char *state_name(const lhwt_timeout *to, int state) {
   switch (state) {
-    case TIMEOUT_PENDING: return to->node.has_run ? "pending (periodic)" : "pending";
+    case TIMEOUT_PENDING: return timeout_has_run(&to->node) ? "pending (periodic)" : "pending";
     case TIMEOUT_DUE: return "due";
     case TIMEOUT_RUNNING: return "running";
     case TIMEOUT_HANDED: return "due, handed to spawn";
