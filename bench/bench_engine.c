@@ -67,6 +67,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "due_order.h"                   /* timeout_of: the reference lists */
 #include "engine.h"
 
 #define TICK_NS UINT64_C(1000000)

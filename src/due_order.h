@@ -18,6 +18,12 @@
 
 #include "engine.h"
 
+/* The timeout whose `link` n is: lists of timeouts are linked through it,
+ * its first member. */
+static inline timeout *timeout_of(wheel_node *n) {
+  return (timeout *)(void *)n;
+}
+
 /* A due timeout's sort key, copied out of the node so that sorting a tick's
  * batch runs in one array instead of chasing list pointers (cache misses). */
 typedef struct due_entry {

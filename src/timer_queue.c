@@ -556,8 +556,12 @@ static void end_unheld_locked(engine *eng, timer_queue *q, wheel_list *ended) {
   }
 }
 
-void tq_stop(timer_queue *q, timeout *const *held, size_t count, tq_ended *ended) {
-  if (ended) *ended = (tq_ended){0};
+void tq_stop(timer_queue *q, timeout *const *held, size_t count, tq_ended *ended_out) {
+  wheel_list *ended = NULL;
+  if (ended_out) {
+    *ended_out = (tq_ended){0};
+    ended = &ended_out->list;
+  }
   engine *eng = lock_engine(q);
   if (!eng) return;
   if (q->stopped) {
@@ -584,7 +588,7 @@ void tq_stop(timer_queue *q, timeout *const *held, size_t count, tq_ended *ended
 }
 
 timeout *tq_ended_pop(tq_ended *ended) {
-  wheel_node *n = wheel_list_pop_front(ended);
+  wheel_node *n = wheel_list_pop_front(&ended->list);
   return n ? timeout_of(n) : NULL;
 }
 
