@@ -51,8 +51,9 @@ static inline due_entry due_entry_of(timeout *t) {
 /* due_order_buckets' most buckets; its bucket_ends has room for one more. */
 #define DUE_BUCKETS_MAX 4096
 
-/* entries[0..count) in order, in place, if they are in order or in reverse
- * order (then reversed); false, leaving them as they are, otherwise. O(n). */
+/* entries[0..count) (count >= 1) in order, in place, if they are in order
+ * or in reverse order (then reversed); false, leaving them as they are,
+ * otherwise. O(n). */
 bool due_order_monotonic(due_entry *entries, size_t count);
 /* entries[0..count) in order, in place: quicksort, insertion sort below
  * DUE_SMALL_SORT entries. O(n log n), not stable (keys are unique). */
