@@ -2,7 +2,8 @@
  * bench_engine.c — microbenchmark of the engine alone (no Lua).
  *
  *   cc -O2 -std=c11 -Wall -Wextra -Wpedantic -Werror -Isrc -pthread \
- *      bench/bench_engine.c src/wheel.c src/engine.c -o build/bench_engine
+ *      bench/bench_engine.c src/wheel.c src/due_order.c src/lateness.c \
+ *      src/engine.c src/timer_queue.c -o build/bench_engine
  *   build/bench_engine [N [PHASE]]  (N defaults to 1000000)
  *
  * PHASE (for profiling one part alone): real, manual, expire or ref;

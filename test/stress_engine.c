@@ -31,10 +31,9 @@
  * Runs ~5 s by default; STRESS_SECONDS=N runs about N s in all.
  * Prints "stress_engine: N passed, N failed"; exits non-zero on failure.
  *
- *   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g -fsanitize=thread \
- *     -Isrc -pthread test/stress_engine.c src/wheel.c src/engine.c \
- *     -o build/tsan_stress_engine
- *   TSAN_OPTIONS=halt_on_error=1 build/tsan_stress_engine
+ *   make build/tsan/stress_engine     (with the engine's files: every
+ *                                      src file but the binding's, lhwt*.c)
+ *   TSAN_OPTIONS=halt_on_error=1 build/tsan/stress_engine
  */
 #define _GNU_SOURCE
 #include <pthread.h>
