@@ -1,6 +1,6 @@
 /*
- * engine_internal.h — what the engine's own files and its C tests share, and
- * the binding does not use: the engine's layout, the clock and the tick
+ * engine_internal.h — what the engine's own files share and the binding
+ * does not use: the engine's layout (struct engine), the clock and the tick
  * arithmetic (inline: the tq_* calls use them on every schedule and task),
  * and the calls between engine.c and timer_queue.c.
  *
