@@ -51,7 +51,7 @@ static void unlink_due_locked(timeout *t) {
   if (--q->stats.due == 0) clear_due_signal_locked(q);
 }
 
-/* ---- wheel ----------------------------------------------------------- */
+/* ---- arming: into the wheel, a manual clock's held list or a due list ---- */
 
 /* link.level of a pending timeout outside the wheel: set whenever it is
  * armed, so that a cancel never trusts a level left from an earlier arming. */
@@ -114,6 +114,8 @@ static void disarm_locked(engine *eng, timeout *t) {
   else return;
   t->owner->armed--;
 }
+
+/* ---- collecting: the wheel's due timeouts, in order, to their due lists -- */
 
 #define SORT_BUFFER_MIN 64                        /* entries */
 
@@ -221,7 +223,7 @@ void collect_locked(engine *eng, uint64_t now_ns) {
   if (now_tick > eng->wheel.now_tick) wheel_advance(&eng->wheel, now_tick, &(wheel_list){0});
 }
 
-/* ---- timer queues ------------------------------------------------------ */
+/* ---- the tq_* calls --------------------------------------------------- */
 
 static int open_wake_fd(timer_queue *q) {
 #ifdef __linux__
