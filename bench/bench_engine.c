@@ -2,7 +2,8 @@
  * bench_engine.c — microbenchmark of the engine alone (no Lua).
  *
  *   cc -O2 -std=c11 -Wall -Wextra -Wpedantic -Werror -Isrc -pthread \
- *      bench/bench_engine.c src/wheel.c src/engine.c -o build/bench_engine
+ *      bench/bench_engine.c src/wheel.c src/due_order.c src/lateness.c \
+ *      src/engine.c src/timer_queue.c -o build/bench_engine
  *   build/bench_engine [N [PHASE]]  (N defaults to 1000000)
  *
  * PHASE (for profiling one part alone): real, manual, expire or ref;
@@ -41,8 +42,8 @@
  *                    found through the node, its state set; and
  *                    ref_cancel_wheel_counted, with the three counts the
  *                    engine keeps: each is one more store), the same
- *                    with slots that are arrays, the issue's other design
- *                    for a cancel that does not touch the neighbours
+ *                    with slots that are arrays, another design for a
+ *                    cancel that does not touch the neighbours
  *                    (ref_cancel_slot_array),
  *                    the memory an expiry must touch
  *                    (ref_expire_memory: expire's nodes read in the wheel's
@@ -67,6 +68,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "due_order.h"                   /* timeout_of: the reference lists */
 #include "engine.h"
 
 #define TICK_NS UINT64_C(1000000)
@@ -503,8 +505,8 @@ static size_t flat_slot(const wheel *w, const wheel_node *n) {
   return n->level == 0 ? slot : WHEEL_SLOTS + ((size_t)(n->level - 1) << WHEEL_LEVEL_BITS) + slot;
 }
 
-/* ref_cancel_wheel_counted with slots that are arrays of pointers: the
- * issue's other design for a cancel that leaves the neighbours alone. The
+/* ref_cancel_wheel_counted with slots that are arrays of pointers: another
+ * design for a cancel that leaves the neighbours alone. The
  * draw is placed in the slots src/wheel.c gives it, each slot's pointers
  * together in one array, a node keeping its place in its `next` field (free
  * while a node is in no list). A cancel clears its pointer and counts the

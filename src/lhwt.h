@@ -270,7 +270,7 @@ static inline bool check_task(lua_State *L, int idx) {
 
 /* The queue (the timer's state) that a timeout belongs to. */
 static inline lhwt_queue *timer_of(const lhwt_timeout *to) {
-  return (lhwt_queue *)(void *)to->node.owner;    /* the queue is its first member */
+  return (lhwt_queue *)(void *)timeout_queue(&to->node);    /* the queue is its first member */
 }
 
 static inline int call_shape(const lhwt_timeout *to) {

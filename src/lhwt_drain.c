@@ -184,7 +184,7 @@ static void finish_current(lua_State *L, drain *d) {
 
 void make_current(drain *d, lhwt_timeout *to) {
   d->current = to;
-  d->current_seq = to->node.seq;
+  d->current_seq = timeout_seq(&to->node);
   d->taken++;
   count_drain_in(to);
 }
@@ -384,7 +384,7 @@ int internal_hand(lua_State *L) {
   lua_replace(L, 1);
   handoff->is_handoff = true;
   handoff->handed = to;
-  handoff->handed_seq = to->node.seq;
+  handoff->handed_seq = timeout_seq(&to->node);
   hold_handed(L, to);
   lua_settop(L, 1);                           /* the hand-off */
   return 1;

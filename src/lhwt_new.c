@@ -41,7 +41,7 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
       luaL_error(L, "bad option 'tick' to 'new' (seconds from 1e-06 to 4.6e+09 expected, got %f)",
                  opts->tick);
   } else if (strcmp(key, "wheel_size") == 0) {
-    opts->wheel_size = option_integer(L, key, 1, WHEEL_SIZE_MAX, "integer from 1 to 2^30");
+    opts->wheel_size = option_integer(L, key, 1, ENGINE_WHEEL_SIZE_MAX, "integer from 1 to 2^30");
   } else if (strcmp(key, "max_pending") == 0) {
     opts->max_pending = option_integer(L, key, 0, LUA_MAXINTEGER, "integer >= 0");
   } else if (strcmp(key, "on_error") == 0) {

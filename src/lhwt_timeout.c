@@ -23,7 +23,7 @@ int timeout_cancel(lua_State *L) {
  * watcher) needs no user value. */
 int timeout_reset(lua_State *L) {
   lhwt_timeout *to = check_timeout(L, 1);
-  uint64_t delay_ns = lua_isnoneornil(L, 2) ? to->node.period_ns : check_delay_ns(L, 2, "delay");
+  uint64_t delay_ns = lua_isnoneornil(L, 2) ? timeout_period_ns(&to->node) : check_delay_ns(L, 2, "delay");
   lhwt_queue *tm = timer_of(to);
   bool anchored_here = to->anchor == 0;
   if (anchored_here) {
@@ -66,7 +66,7 @@ int timeout_is_cancelled(lua_State *L) {
 }
 
 int timeout_is_expired(lua_State *L) {
-  lua_pushboolean(L, check_timeout(L, 1)->node.has_run);
+  lua_pushboolean(L, timeout_has_run(&check_timeout(L, 1)->node));
   return 1;
 }
 
@@ -92,7 +92,7 @@ int timeout_remaining_seconds(lua_State *L) {
 
 static const char *state_name(const lhwt_timeout *to, int state) {
   switch (state) {
-    case TIMEOUT_PENDING: return to->node.has_run ? "pending (periodic)" : "pending";
+    case TIMEOUT_PENDING: return timeout_has_run(&to->node) ? "pending (periodic)" : "pending";
     case TIMEOUT_DUE: return "due";
     case TIMEOUT_RUNNING: return "running";
     case TIMEOUT_HANDED: return "due, handed to spawn";

@@ -25,7 +25,7 @@ int arming_failed(lua_State *L, const lhwt_queue *tm, int result) {
   if (result == TQ_STOPPED) return luaL_error(L, "timer is stopped");
   lua_pushnil(L);
   if (result == TQ_FULL)
-    push_refusal(L, tm->queue.max_pending);
+    push_refusal(L, tq_max_pending(&tm->queue));
   else
     lua_pushliteral(L, NO_THREAD_MESSAGE);
   return 2;
@@ -102,7 +102,7 @@ int internal_clock_mark(lua_State *L) {
   lhwt_queue *tm = check_manual_timer(L, 1, "run_for");
   uint64_t delta_ns = seconds_to_ns(luaL_checknumber(L, 2));
   uint64_t *mark_ns = compat_newuserdata(L, sizeof *mark_ns, 0);
-  uint64_t now_ns = tm->initialized ? engine_now(tm->queue.eng) : 0;
+  uint64_t now_ns = tm->initialized ? tq_now_ns(&tm->queue) : 0;
   *mark_ns = delta_ns > ENGINE_MAX_DELAY_NS - now_ns ? ENGINE_MAX_DELAY_NS : now_ns + delta_ns;
   return 1;
 }
@@ -117,7 +117,7 @@ int internal_step_to(lua_State *L) {
   luaL_argcheck(L, mark_ns != NULL, 2, "clock mark expected");
   bool due = false, moved = false, at_mark = true;
   if (tm->initialized && !tq_is_stopped(&tm->queue)) {
-    uint64_t before_ns = engine_now(tm->queue.eng);
+    uint64_t before_ns = tq_now_ns(&tm->queue);
     uint64_t now_ns = tq_step_manual(&tm->queue, *mark_ns, &due);
     at_mark = now_ns >= *mark_ns;
     moved = now_ns != before_ns;
@@ -133,7 +133,7 @@ int internal_step_to(lua_State *L) {
 int internal_advance_clock(lua_State *L) {
   lhwt_queue *tm = check_manual_timer(L, 1, "advance");
   double seconds = luaL_checknumber(L, 2);
-  if (!tq_is_stopped(&tm->queue)) engine_advance_manual(tm->queue.eng, seconds_to_ns(seconds));
+  if (!tq_is_stopped(&tm->queue)) tq_advance_manual(&tm->queue, seconds_to_ns(seconds));
   return 0;
 }
 
@@ -162,7 +162,7 @@ static lhwt_queue *check_alive_timer(lua_State *L, int idx) {
 int timer_now(lua_State *L) {
   lhwt_queue *tm = check_alive_timer(L, 1);
   if (!tm->manual_clock) return hwt_now(L);
-  lua_pushnumber(L, ns_to_seconds(engine_now(tm->queue.eng)));
+  lua_pushnumber(L, ns_to_seconds(tq_now_ns(&tm->queue)));
   return 1;
 }
 
@@ -187,7 +187,7 @@ int timer_next_due(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  tm->told_due_ns = engine_now(tm->queue.eng) + due_in_ns;
+  tm->told_due_ns = tq_now_ns(&tm->queue) + due_in_ns;
   lua_pushnumber(L, ns_to_seconds(due_in_ns));
   return 1;
 }
@@ -217,7 +217,7 @@ int timer_stats(lua_State *L) {
   set_integer_field(L, "ticks", stats.ticks);
   set_integer_field(L, "worker_wakeups", stats.worker_wakeups);
   set_integer_field(L, "wheel_size", tm->wheel_size);
-  set_integer_field(L, "max_pending", tm->queue.max_pending);
+  set_integer_field(L, "max_pending", tq_max_pending(&tm->queue));
   lua_pushnumber(L, ns_to_seconds(stats.late_max_ns));
   lua_setfield(L, -2, "late_max");
   lua_pushnumber(L, ns_to_seconds(tq_late_percentile(&tm->queue, 50)));
@@ -241,7 +241,7 @@ static void push_anchors(lua_State *L, int timer_idx) {
 
 /* tq_stop with the timer's anchored timeouts (without them the engine would
  * walk its whole wheel, which other timers may share). */
-static void stop_queue(lua_State *L, lhwt_queue *tm, int anchors_idx, wheel_list *ended) {
+static void stop_queue(lua_State *L, lhwt_queue *tm, int anchors_idx, tq_ended *ended) {
   size_t count;
   timeout **held = held_timeouts(L, anchors_idx, &count);
   tq_stop(&tm->queue, held, count, ended);
@@ -256,15 +256,15 @@ static void stop_timer(lua_State *L, lhwt_queue *tm) {
   push_anchors(L, 1);
   int anchors_idx = lua_gettop(L);
   int singles_idx = push_singles(L, anchors_idx);
-  wheel_list ended = {0};
+  tq_ended ended;
   stop_queue(L, tm, anchors_idx, &ended);
   compat_getuservalue(L, 1, TIMER_UV_QUEUE);
   retire_queue(L, tm, -1);
   int count = 0;
-  wheel_node *n;
-  while ((n = wheel_list_pop_front(&ended))) {
-    lhwt_timeout *to = (lhwt_timeout *)timeout_of(n);
-    if (to->node.state == TIMEOUT_CANCELLED) {
+  timeout *n;
+  while ((n = tq_ended_pop(&ended))) {
+    lhwt_timeout *to = (lhwt_timeout *)n;
+    if (!timeout_has_run(&to->node)) {
       push_anchored_in(L, anchors_idx, to);
       lua_rawseti(L, result_idx, ++count);
     }

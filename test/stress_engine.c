@@ -31,10 +31,9 @@
  * Runs ~5 s by default; STRESS_SECONDS=N runs about N s in all.
  * Prints "stress_engine: N passed, N failed"; exits non-zero on failure.
  *
- *   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g -fsanitize=thread \
- *     -Isrc -pthread test/stress_engine.c src/wheel.c src/engine.c \
- *     -o build/tsan_stress_engine
- *   TSAN_OPTIONS=halt_on_error=1 build/tsan_stress_engine
+ *   make build/tsan/stress_engine     (with the engine's files: every
+ *                                      src file but the binding's, lhwt*.c)
+ *   TSAN_OPTIONS=halt_on_error=1 build/tsan/stress_engine
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -368,13 +367,13 @@ static void run_stress(const config *cfg) {
   if (!held) exit(2);
   for (int p = 0; p < cfg->producers; p++)
     for (int i = 0; i < POOL_SIZE; i++) held[count++] = &s->pool[p][i].t;
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&s->q, held, count, &ended);  /* releases the engine's last reference */
   free(held);
   uint64_t stopped_oneshot = 0, stopped_periodic = 0, stopped_never_ran = 0;
   uint64_t last_deadline = 0;
-  for (wheel_node *n = ended.head; n; n = n->next) {
-    item *it = item_of(timeout_of(n));
+  for (timeout *n; (n = tq_ended_pop(&ended));) {
+    item *it = item_of(n);
     int was = ITEM_ARMED;
     CHECK(atomic_compare_exchange_strong(&it->status, &was, ITEM_STOPPED));
     CHECK(it->t.deadline_ns >= last_deadline);                 /* sorted */

@@ -122,8 +122,9 @@ static void test_cancel_from_everywhere(void) {
   CHECK(tq_pop_due(&q, seq_limit) == &once && !tq_cancel(&once));
   CHECK(!tq_finish(&once, once.seq) && !tq_cancel(&once) && tq_pending(&q) == 0);
   CHECK(tq_schedule(&q, &later, 100 * MS, 0) == TQ_OK);
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, NULL, 0, &ended);
+  CHECK(tq_ended_pop(&ended) == &later && tq_ended_pop(&ended) == NULL);
   CHECK(!tq_cancel(&later) && later.state == TIMEOUT_CANCELLED);
   tq_destroy(&q);
 }
@@ -146,9 +147,10 @@ static void test_manual_cancel_due_and_stop(void) {
   CHECK(!fd_readable(tq_fd(&q)));
   CHECK(timeout_remaining(&never) == ENGINE_NEVER);
   timeout *const held[] = {&never, &a, &c, &b};         /* any order */
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, held, 4, &ended);
-  CHECK(ended.head == &c.link && ended.tail == &never.link);
+  CHECK(tq_ended_pop(&ended) == &c && tq_ended_pop(&ended) == &never);
+  CHECK(tq_ended_pop(&ended) == NULL);
   CHECK(c.state == TIMEOUT_CANCELLED && never.state == TIMEOUT_CANCELLED);
   CHECK(tq_schedule(&q, &a, 0, 0) == TQ_STOPPED);
   tq_stats stats;
@@ -188,9 +190,9 @@ static void test_hand_off_and_next_due(void) {
   CHECK(c.state == TIMEOUT_DUE && tq_next_due(&q) == 0);
   CHECK(tq_hand_due(&q, tq_poll_begin(&q)) == &c);
   timeout *const held[] = {&c, &far};
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, held, 2, &ended);
-  CHECK(ended.head == &c.link && c.state == TIMEOUT_CANCELLED);   /* stop wins */
+  CHECK(tq_ended_pop(&ended) == &c && c.state == TIMEOUT_CANCELLED);  /* stop wins */
   CHECK(!tq_start(&c, c.seq) && tq_next_due(&q) == ENGINE_NEVER);
   tq_destroy(&q);
 }
@@ -572,12 +574,12 @@ static void test_stop_finds_unheld(void) {
   CHECK(tq_schedule(&q, &never, ENGINE_NEVER, 0) == TQ_OK);
   engine_advance_manual(eng, 3 * MS);                  /* t[1], t[4] due */
   timeout *const held[] = {&t[2]};
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, held, 1, &ended);
   int order[] = {1, 4, 5, 2, 0, 3}, i = 0;
-  for (wheel_node *n = ended.head; n; n = n->next, i++) {
-    CHECK(i < 6 && timeout_of(n) == &t[order[i]]);
-    CHECK(timeout_of(n)->state == TIMEOUT_CANCELLED);
+  for (timeout *n; (n = tq_ended_pop(&ended)); i++) {
+    CHECK(i < 6 && n == &t[order[i]]);
+    CHECK(n->state == TIMEOUT_CANCELLED);
   }
   CHECK(i == 6);
   CHECK(!tq_cancel(&never) && tq_pending(&q) == 0);
@@ -601,11 +603,11 @@ static void test_stop_races_cancel(void) {
   pthread_t canceller;
   pthread_create(&canceller, NULL, cancel_half, &r);
   sleep_ns(MS / 5);
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, NULL, 0, &ended);                      /* found by a wheel walk */
   pthread_join(canceller, NULL);
   size_t returned = 0;
-  for (wheel_node *n = ended.head; n; n = n->next) returned++;
+  while (tq_ended_pop(&ended)) returned++;
   CHECK(returned + r.cancelled == N);
   CHECK(tq_schedule(&q, &t[0], 0, 0) == TQ_STOPPED);
   tq_destroy(&q);
@@ -667,9 +669,10 @@ static void test_reset(void) {
   uint64_t handed_seq = c.seq;
   CHECK(tq_reset(&c, 1 * MS) == TQ_OK && !tq_start(&c, handed_seq) && tq_pending(&q) == 2);
   timeout *const held[] = {&a, &b, &c};
-  wheel_list ended = {0};
+  tq_ended ended;
   tq_stop(&q, held, 3, &ended);
-  CHECK(ended.head == &c.link && c.link.next == &a.link && a.state == TIMEOUT_CANCELLED);
+  CHECK(tq_ended_pop(&ended) == &c && tq_ended_pop(&ended) == &a && a.state == TIMEOUT_CANCELLED);
+  CHECK(tq_ended_pop(&ended) == NULL);
   CHECK(tq_reset(&a, 0) == TQ_STOPPED);
   tq_destroy(&q);
 }
