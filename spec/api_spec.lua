@@ -4,54 +4,12 @@
 local hwt = require("hwt")
 local compat = require("compat")
 
+local support = require("support")
+
 local unpack = compat.unpack
-
--- ---- helpers ---------------------------------------------------------------
-
-local function manual(opts)
-  local o = {}
-  for k, v in pairs(opts or {}) do o[k] = v end
-  o.clock = "manual"
-  return hwt.new(o)
-end
-
--- Calls f(...) and returns its error message; fails if f does not raise.
-local function error_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error, got none")
-  return tostring(err)
-end
-
-local function assert_raises(substring, f, ...)
-  local message = error_of(f, ...)
-  assert.is_truthy(message:find(substring, 1, true),
-    ("error message %q does not contain %q"):format(message, substring))
-  return message
-end
-
-local function contains(s, substring)
-  return s:find(substring, 1, true) ~= nil
-end
-
--- The eventfd's counter, from /proc (nonzero = readable).
-local function fd_count(fd)
-  local f = assert(io.open("/proc/self/fdinfo/" .. fd))
-  local text = f:read("*a")
-  f:close()
-  local hex = assert(text:match("eventfd%-count:%s*(%x+)"), "not an eventfd")
-  return tonumber(hex, 16)
-end
-
-local function fd_readable(timer) return fd_count(timer:fd()) ~= 0 end
-
--- A task that appends its label (first extra argument) to a log.
-local function logger()
-  local log = {}
-  local function task(_, label) log[#log + 1] = label end
-  return log, task
-end
-
-local function ns(seconds) return math.floor(seconds * 1e9 + 0.5) end
+local manual, error_of, assert_raises = support.manual, support.error_of, support.assert_raises
+local has_text, fd_readable = support.has_text, support.fd_readable
+local logger, ns, child_output = support.logger, support.ns, support.child_output
 
 -- ---- module -----------------------------------------------------------------
 
@@ -838,24 +796,24 @@ describe("Timeout methods", function()
     local running_text
     local t = timer:timeout(1, function(self) running_text = tostring(self) end)
     local c = timer:timeout(1, function() end)
-    assert.is_true(contains(tostring(t), "pending"))
+    assert.is_true(has_text(tostring(t), "pending"))
     c:cancel()
-    assert.is_true(contains(tostring(c), "cancelled"))
+    assert.is_true(has_text(tostring(c), "cancelled"))
     timer:advance(1)
-    assert.is_true(contains(running_text, "running"))
-    assert.is_true(contains(tostring(t), "expired"))
+    assert.is_true(has_text(running_text, "running"))
+    assert.is_true(has_text(tostring(t), "expired"))
     local d = timer:timeout(0, function() end)
-    assert.is_true(contains(tostring(d), "due"))
-    assert.is_false(contains(tostring(d), "pending"))
+    assert.is_true(has_text(tostring(d), "due"))
+    assert.is_false(has_text(tostring(d), "pending"))
     assert.are.equal("hwt.Timeout", tostring(t):sub(1, 11))
   end)
 
   it("tostring() shows the time to the deadline", function()
     local timer = manual()
     local t = timer:timeout(1.5, function() end)
-    assert.is_true(contains(tostring(t), "1.5"), tostring(t))
+    assert.is_true(has_text(tostring(t), "1.5"), tostring(t))
     timer:advance(1)
-    assert.is_true(contains(tostring(t), "0.5"), tostring(t))
+    assert.is_true(has_text(tostring(t), "0.5"), tostring(t))
     assert.are_not.equal(tostring(t), tostring(timer:timeout(math.huge, function() end)))
   end)
 
@@ -1072,7 +1030,7 @@ describe("timer:every", function()
     assert.is_true(t:is_expired())
     assert.is_false(t:is_cancelled())
     assert.are.equal(1, t:remaining())
-    assert.is_true(contains(tostring(t), "pending"))
+    assert.is_true(has_text(tostring(t), "pending"))
     t:cancel()
     assert.are.equal(0, timer:pending())
   end)
@@ -1209,7 +1167,7 @@ describe("errors in tasks", function()
     assert.is_true(t:is_expired())
     assert.is_false(t:is_cancelled())
     assert.are.equal(0, timer:pending())
-    assert.is_true(contains(tostring(t), "expired"))
+    assert.is_true(has_text(tostring(t), "expired"))
   end)
 
   it("a callable on_error is called too, and errors of TimerTask tables reach it", function()
@@ -1251,24 +1209,8 @@ describe("errors in tasks", function()
     assert.is_true(retried)
   end)
 
-  -- Runs a Lua script in a child interpreter (same module paths); returns
-  -- its stdout and stderr together.
-  local function run_child(source)
-    local lua = compat.interpreter()
-    local script = os.tmpname()
-    local f = assert(io.open(script, "w"))
-    f:write(("package.path = %q\npackage.cpath = %q\n"):format(package.path, package.cpath))
-    f:write(source)
-    f:close()
-    local p = assert(io.popen(lua .. " " .. script .. " 2>&1"))
-    local out = p:read("*a")
-    p:close()
-    os.remove(script)
-    return out
-  end
-
   it("without on_error, the error and a traceback go to stderr and poll goes on", function()
-    local out = run_child([[
+    local out = child_output([[
       local hwt = require("hwt")
       local timer = hwt.new({ clock = "manual" })
       local after = false
@@ -1284,7 +1226,7 @@ describe("errors in tasks", function()
   end)
 
   it("poll goes on even when on_error itself raises", function()
-    local out = run_child([[
+    local out = child_output([[
       local hwt = require("hwt")
       local calls = 0
       local timer = hwt.new({ clock = "manual", on_error = function(e)
@@ -1586,7 +1528,7 @@ describe("timer:stop", function()
       assert.is_false(t:is_expired())
       assert.is_false(t:cancel())
       assert.are.equal(0, t:remaining())
-      assert.is_true(contains(tostring(t), "cancelled"))
+      assert.is_true(has_text(tostring(t), "cancelled"))
     end
     assert.is_false(ran:is_cancelled())
     assert.are.equal(cancels_before + #expected, timer:stats().cancelled)

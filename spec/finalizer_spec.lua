@@ -7,7 +7,7 @@
 local hwt = require("hwt")
 local support = require("support")
 
-local function noop() end
+local noop = support.noop
 
 -- Runs call() with finalizers queued that run attack() at its allocations;
 -- returns how many finalizers ran inside it and what call() returned. Tried again a

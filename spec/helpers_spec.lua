@@ -4,21 +4,8 @@ local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local EPS = 1e-9
-local LATE = 0.5
-
-local function noop() end
-
-local function expect_error(pattern, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error matching " .. pattern)
-  assert.matches(pattern, tostring(err))
-  return err
-end
-
-local function close_to(expected, actual, tolerance)
-  return math.abs(expected - actual) <= (tolerance or 1e-6)
-end
+local EPS, LATE = support.EPS, support.LATE
+local noop, assert_raises, close_to = support.noop, support.assert_raises, support.close_to
 
 describe("timer:sleep()", function()
   -- A finalizer that stops the timer inside sleep()'s timeout(): the sleep
@@ -78,7 +65,7 @@ describe("timer:sleep()", function()
     end
     assert.same({ "b", "d", "c", "b", "a" }, names)
     for i, expected in ipairs({ 1, 1, 2, 2.5, 3 }) do
-      assert.is_true(close_to(expected, times[i]), ("wake-up %d at %s"):format(i, times[i]))
+      assert.is_true(close_to(expected, times[i], 1e-6), ("wake-up %d at %s"):format(i, times[i]))
     end
     for _, co in pairs(cos) do assert.equals("dead", coroutine.status(co)) end
     assert.equals(0, t:pending())
@@ -117,10 +104,10 @@ describe("timer:sleep()", function()
 
   it("raises an error mentioning 'coroutine' when called outside a coroutine", function()
     local t = hwt.new({ clock = "manual" })
-    expect_error("coroutine", t.sleep, t, 1)
+    assert_raises("coroutine", t.sleep, t, 1)
     assert.equals(0, t:pending())
     local rt = hwt.new()
-    expect_error("coroutine", rt.sleep, rt, 0.01)
+    assert_raises("coroutine", rt.sleep, rt, 0.01)
     assert.equals(0, rt:pending())
     rt:stop()
   end)
@@ -285,7 +272,7 @@ describe("hwt.retry()", function()
     end
     local expected = { 0, 1, 3, 7, 12, 17 }
     for i, at in ipairs(expected) do
-      assert.is_true(close_to(at, times[i]), ("call %d at %s, expected %g"):format(i, times[i], at))
+      assert.is_true(close_to(at, times[i], 1e-6), ("call %d at %s, expected %g"):format(i, times[i], at))
     end
     assert.equals("fail 6", gave)
     assert.equals(6, h.attempts)
@@ -310,7 +297,7 @@ describe("hwt.retry()", function()
     end
     assert.equals(3, used)
     for i, at in ipairs({ 0, 0.5, 1.75, 2.75 }) do
-      assert.is_true(close_to(at, times[i]), ("call %d at %s, expected %g"):format(i, times[i], at))
+      assert.is_true(close_to(at, times[i], 1e-6), ("call %d at %s, expected %g"):format(i, times[i], at))
     end
   end)
 
@@ -504,30 +491,30 @@ describe("hwt.retry()", function()
     local called = false
     local function fn() called = true; return true end
     local function try(opts) return hwt.retry(t, fn, opts) end
-    local err = expect_error("unknown option", try, { retry = 3 })
+    local err = assert_raises("unknown option", try, { retry = 3 })
     assert.matches("retry", err)
-    expect_error("wheelsize", try, { wheelsize = 1 })
-    expect_error("retries", try, { retries = "x" })
-    expect_error("delay", try, { delay = {} })
-    expect_error("backoff", try, { backoff = true })
-    expect_error("max_delay", try, { max_delay = "soon" })
-    expect_error("jitter", try, { jitter = {} })
-    expect_error("on_give_up", try, { on_give_up = 1 })
-    expect_error("on_success", try, { on_success = "f" })
-    expect_error("random", try, { random = true })
-    expect_error("jitter", try, { jitter = 1.5 })
-    expect_error("jitter", try, { jitter = -0.1 })
-    expect_error("jitter", try, { jitter = 0 / 0 })
-    expect_error("retries", try, { retries = -1 })
-    expect_error("retries", try, { retries = 1.5 })
-    expect_error("delay", try, { delay = -1 })
-    expect_error("backoff", try, { backoff = 0.5 })
-    expect_error("max_delay", try, { max_delay = -1 })
-    expect_error("Timer", hwt.retry, {}, fn)
-    expect_error("Timer", hwt.retry, nil, fn)
-    expect_error("function", hwt.retry, t, nil)
-    expect_error("function", hwt.retry, t, "fn")
-    expect_error("table", hwt.retry, t, fn, "opts")
+    assert_raises("wheelsize", try, { wheelsize = 1 })
+    assert_raises("retries", try, { retries = "x" })
+    assert_raises("delay", try, { delay = {} })
+    assert_raises("backoff", try, { backoff = true })
+    assert_raises("max_delay", try, { max_delay = "soon" })
+    assert_raises("jitter", try, { jitter = {} })
+    assert_raises("on_give_up", try, { on_give_up = 1 })
+    assert_raises("on_success", try, { on_success = "f" })
+    assert_raises("random", try, { random = true })
+    assert_raises("jitter", try, { jitter = 1.5 })
+    assert_raises("jitter", try, { jitter = -0.1 })
+    assert_raises("jitter", try, { jitter = 0 / 0 })
+    assert_raises("retries", try, { retries = -1 })
+    assert_raises("retries", try, { retries = 1.5 })
+    assert_raises("delay", try, { delay = -1 })
+    assert_raises("backoff", try, { backoff = 0.5 })
+    assert_raises("max_delay", try, { max_delay = -1 })
+    assert_raises("Timer", hwt.retry, {}, fn)
+    assert_raises("Timer", hwt.retry, nil, fn)
+    assert_raises("function", hwt.retry, t, nil)
+    assert_raises("function", hwt.retry, t, "fn")
+    assert_raises("table", hwt.retry, t, fn, "opts")
     assert.is_false(called)
     assert.equals(0, t:pending())
     -- the edges of the ranges are accepted

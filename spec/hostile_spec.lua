@@ -13,140 +13,11 @@ local pack, unpack = compat.pack, compat.unpack
 -- math.maxinteger/mininteger where the version has integers, else +-2^53.
 local MAXINT, MININT = compat.maxinteger, compat.mininteger
 
--- ---- helpers ---------------------------------------------------------------
-
-local function noop() end
-
-local manual = require("support").manual
-
-local function show(v)
-  if type(v) == "string" then return ("%q"):format(v) end
-  if type(v) == "number" and not compat.is_integer(v) then return ("%.17g"):format(v) end
-  return tostring(v)
-end
-
--- Calls f(...) and returns its error message; fails if f does not raise.
-local function error_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert(not ok, "expected an error, got none (first result: " .. show(err) .. ")")
-  return tostring(err)
-end
-
--- The error of f(unpack(args)) must contain every one of the substrings.
-local function assert_error(f, args, ...)
-  local message = error_of(f, unpack(args, 1, args.n))
-  for i = 1, select("#", ...) do
-    local needle = select(i, ...)
-    assert(message:find(needle, 1, true),
-      ("error message %q does not contain %q"):format(message, needle))
-  end
-  return message
-end
-
--- The state word of tostring(timeout): pending, pending (periodic), due,
--- running, expired, cancelled.
-local function state_of(t)
-  return (tostring(t):match("^hwt%.Timeout %((.-), "))
-end
-
--- call.name(obj, ...) calls obj:name(...) with the colon syntax, so that an
--- argument error is numbered as the user sees it ("bad argument #1 to
--- 'timeout'" is the delay).
--- Not a tail call: LuaJIT drops a tail-called function's name and the
--- method adjustment of the argument numbers with it.
-local call = setmetatable({}, { __index = function(self, name)
-  local f = assert(compat.load(("local pack, unpack = ...\n" ..
-    "return function(o, ...) local r = pack(o:%s(...)) return unpack(r, 1, r.n) end"):format(name)))(pack, unpack)
-  rawset(self, name, f)
-  return f
-end })
-
--- Values of every wrong kind; `extra` adds hwt objects.
-local function wrong_values(extra)
-  local values = {
-    { "nil", nil }, { "string", "x" }, { "numeric string", "12" }, { "table", {} },
-    { "boolean", true }, { "function", print }, { "userdata", io.stdout }, { "number", 42 },
-  }
-  for name, v in pairs(extra or {}) do values[#values + 1] = { name, v } end
-  return values
-end
-
--- Books: schedules through a timer while counting every task start, then
--- checks that the timer's counters and every timeout's state add up.
-local Books = {}
-Books.__index = Books
-
-local function books(timer)
-  return setmetatable({ timer = timer, all = {}, runs = {}, periodic = {},
-                        returned = {}, total_runs = 0 }, Books)
-end
-
-function Books:wrap(task)
-  return function(t, ...)
-    self.runs[t] = (self.runs[t] or 0) + 1
-    self.total_runs = self.total_runs + 1
-    return task(t, ...)
-  end
-end
-
-function Books:timeout(delay, task, ...)
-  local t, err = self.timer:timeout(delay, self:wrap(task), ...)
-  if t then self.all[#self.all + 1] = t end
-  return t, err
-end
-
-function Books:every(interval, task, ...)
-  local t, err = self.timer:every(interval, self:wrap(task), ...)
-  if t then
-    self.all[#self.all + 1] = t
-    self.periodic[t] = true
-  end
-  return t, err
-end
-
-function Books:record_stop(list)
-  for _, t in ipairs(list) do self.returned[t] = true end
-  return list
-end
-
-function Books:stop()
-  return self:record_stop(self.timer:stop())
-end
-
-function Books:runs_of(t) return self.runs[t] or 0 end
-
--- Outside any poll: every timeout ended exactly one way or is pending, and
--- pending(), stats().pending/fired/cancelled agree with the timeouts.
-function Books:check()
-  local stats = self.timer:stats()
-  local pending, cancelled = 0, 0
-  for i, t in ipairs(self.all) do
-    local state, runs = state_of(t), self:runs_of(t)
-    local label = ("timeout #%d (%s, ran %d times)"):format(i, tostring(t), runs)
-    assert(state ~= "running" and state ~= nil, label .. ": running outside any poll")
-    assert(runs == 0 or t:is_expired(), label .. ": ran but is not expired")
-    if not self.periodic[t] then
-      assert(runs <= 1, label .. ": a one-shot ran more than once")
-      local live = state == "pending" or state == "due"
-      local ways = (t:is_expired() and 1 or 0) + (t:is_cancelled() and 1 or 0) + (live and 1 or 0)
-      assert(ways == 1, label .. ": ended in " .. ways .. " ways")
-    end
-    if self.returned[t] then
-      assert(t:is_cancelled() and runs == 0 and not t:is_expired(),
-        label .. ": returned by stop() but it had run")
-    end
-    if t:is_cancelled() then cancelled = cancelled + 1 end
-    if state == "pending" or state == "due" or state == "pending (periodic)" then
-      pending = pending + 1
-    end
-  end
-  assert.are.equal(pending, stats.pending, "stats().pending vs the timeouts")
-  assert.are.equal(self.timer:pending(), stats.pending, "pending() vs stats().pending")
-  assert.are.equal(self.total_runs, stats.fired, "stats().fired vs task starts")
-  assert.are.equal(cancelled, stats.cancelled, "stats().cancelled vs cancelled timeouts")
-  assert(stats.due <= stats.pending, "more due than pending")
-  return stats
-end
+local support = require("support")
+local noop, manual, manual_with_errors = support.noop, support.manual, support.manual_with_errors
+local show, error_of, assert_error = support.show, support.error_of, support.assert_error
+local state_of, call, wrong_values, books = support.state_of, support.call, support.wrong_values, support.books
+local MAX_DELAY = support.MAX_DELAY
 
 -- Runs `code` in a separate interpreter (same LUA_PATH/LUA_CPATH and, under
 -- the ASan run, the same LD_PRELOAD), killed after `seconds`. Returns its
@@ -165,8 +36,6 @@ local function run_isolated(code, seconds)
   os.remove(path)
   return out, out:find("exit=124", 1, true) ~= nil
 end
-
-local MAX_DELAY = 2 ^ 62 / 1e9       -- the clamp: ~146 years, in seconds
 
 -- ---- hwt.new -----------------------------------------------------------------
 
@@ -1028,15 +897,8 @@ end)
 -- ---- re-entrant calls ------------------------------------------------------------------------
 
 describe("re-entrant calls", function()
-  local function collecting(opts)
-    local errors = { n = 0 }
-    local o = { on_error = function(err) errors.n = errors.n + 1; errors[errors.n] = err end }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return manual(o), errors
-  end
-
   it("poll() inside a task runs the other due tasks, never the same one twice", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local order, inner = {}, nil
     b:timeout(0.01, function() order[#order + 1] = "A"; inner = tm:poll() end)
@@ -1058,7 +920,7 @@ describe("re-entrant calls", function()
   end)
 
   it("poll() inside a periodic task does not run that periodic again", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local p
     p = b:every(0.01, function() tm:poll(); tm:poll() end)
@@ -1073,7 +935,7 @@ describe("re-entrant calls", function()
   end)
 
   it("stop() inside a task returns the due siblings, cancelled; poll() goes on and returns", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local list
     b:timeout(0.01, function() list = b:record_stop(tm:stop()) end)
@@ -1091,7 +953,7 @@ describe("re-entrant calls", function()
   end)
 
   it("stop() inside a nested poll: the outer poll ends safely", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local outer_after
     b:timeout(0.01, function()
@@ -1106,7 +968,7 @@ describe("re-entrant calls", function()
   end)
 
   it("stop() inside a periodic task: that periodic is ended, not returned", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local list, p
     p = b:every(0.01, function() list = b:record_stop(tm:stop()) end)
@@ -1122,7 +984,7 @@ describe("re-entrant calls", function()
   end)
 
   it("advance() inside a task on the manual clock runs what became due, each once, in order", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local order = {}
     local function log(_, name) order[#order + 1] = name end
@@ -1145,7 +1007,7 @@ describe("re-entrant calls", function()
 
   it("timeout() from a __gc during poll() or advance() never runs in that same pass, but in the next", function()
     for _, drive in ipairs({ "poll", "advance" }) do
-      local tm = collecting()
+      local tm = manual_with_errors()
       local b = books(tm)
       local from_gc
       local delay = drive == "poll" and 0 or 0.01
@@ -1168,7 +1030,7 @@ describe("re-entrant calls", function()
   end)
 
   it("poll() and advance() from a __gc that runs inside a task: each task still runs once", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local inner = {}
     b:timeout(0.01, function()
@@ -1190,7 +1052,7 @@ describe("re-entrant calls", function()
   end)
 
   it("cancel() of the running task from itself: false for a one-shot, true (ends it) for a periodic", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local got = {}
     local once = b:timeout(0.01, function(self) got.once = self:cancel() end)
@@ -1210,7 +1072,7 @@ describe("re-entrant calls", function()
   end)
 
   it("cancel() of a due sibling from inside a task: it never runs", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local victim
     b:timeout(0.01, function() assert(victim:cancel()) end)
@@ -1250,7 +1112,7 @@ describe("re-entrant calls", function()
   end)
 
   it("on_error receives the error value unchanged, even nil or a table", function()
-    local tm, errors = collecting()
+    local tm, errors = manual_with_errors()
     local value = { code = 7 }
     tm:timeout(0, function() error(value) end)
     tm:timeout(0, function() error(nil) end)
@@ -1282,7 +1144,7 @@ describe("re-entrant calls", function()
   end)
 
   it("a task that stops its timer then schedules gets 'timer is stopped' through on_error", function()
-    local tm, errors = collecting()
+    local tm, errors = manual_with_errors()
     tm:timeout(0, function() tm:stop(); tm:timeout(0, noop) end)
     tm:advance(0)
     assert.are.equal(1, errors.n)
@@ -1290,7 +1152,7 @@ describe("re-entrant calls", function()
   end)
 
   it("run() inside a task on the manual clock is an error for on_error; wait() returns at once", function()
-    local tm, errors = collecting()
+    local tm, errors = manual_with_errors()
     local waited
     tm:timeout(0, function() waited = tm:wait(); tm:run() end)
     tm:timeout(0, noop)
@@ -1301,7 +1163,7 @@ describe("re-entrant calls", function()
   end)
 
   it("pending(), stats() and tostring() from inside a task exclude the running one-shot", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local b = books(tm)
     local seen
     local t
@@ -1319,7 +1181,7 @@ describe("re-entrant calls", function()
   if compat.has_close then
     it("a task may close its own timer (<close>) like stop()", compat.compile([[
     return function()
-      local tm = collecting()
+      local tm = manual_with_errors()
       local b = books(tm)
       b:timeout(0.01, function() local closing <close> = tm end)
       local s = b:timeout(0.01, noop)
@@ -1328,11 +1190,11 @@ describe("re-entrant calls", function()
       assert.is_true(tm:stats().stopped)
       assert.are.equal(0, b:runs_of(s))
     end
-    ]], "@hostile_spec.lua", { collecting = collecting, books = books, noop = noop }, _ENV))
+    ]], "@hostile_spec.lua", { manual_with_errors = manual_with_errors, books = books, noop = noop }, _ENV))
   end
 
   it("a task re-arming itself with delay 0 runs on the next pass, not the same one", function()
-    local tm = collecting()
+    local tm = manual_with_errors()
     local runs = 0
     local function again(t)
       runs = runs + 1

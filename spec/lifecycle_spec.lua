@@ -5,15 +5,9 @@ local compat = require("compat")
 
 local support = require("support")
 local sleep, threads, threads_settle = support.sleep, support.threads, support.threads_settle
-local run_child = support.run_child
-
-local function noop() end
-
-
-local function full_gc()
-  collectgarbage()
-  collectgarbage()
-end
+local run_child, noop, full_gc = support.run_child, support.noop, support.full_gc
+local CHILD_SETUP = support.CHILD_SETUP
+local assert_raises = support.assert_raises
 
 local function pid()
   local f = assert(io.open("/proc/self/stat", "r"))
@@ -34,55 +28,6 @@ local function open_fds()
   p:close()
   return n
 end
-
-local function expect_error(pattern, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error matching " .. pattern)
-  assert.matches(pattern, tostring(err))
-end
-
-local CHILD_SETUP = [[
-local hwt = require("hwt")
-math.randomseed(tonumber(arg and arg[1]) or 7)
-local timers = {}
-for k = 1, 3 do
-  local t = hwt.new({ tick = k == 1 and 1e-5 or 0.001 })
-  timers[k] = t
-  for i = 1, 2000 do t:timeout(math.random() * 0.2, function() end) end
-  for i = 1, 500 do t:timeout(100 + i, function() end) end
-  for i = 1, 20 do
-    t:every(0.001 * i, function(to)
-      to:timer():timeout(math.random() * 5, function() end)
-      to:timer():every(0.002, function() end)
-    end)
-  end
-  t:timeout(math.huge, function() end)
-end
-local busy = hwt.new({ tick = 1e-6 })
-busy:every(1e-6, function() end)
-for i = 1, 1000 do busy:timeout(i * 1e-5, function() end) end
-local m = hwt.new({ clock = "manual" })
-for i = 1, 3000 do m:timeout(i * 0.01, function() end) end
-m:every(0.5, function(to) to:timer():timeout(1, function() end) end)
-m:advance(3)
-local deadline = hwt.now() + 0.1
-while hwt.now() < deadline do
-  for _, t in ipairs(timers) do
-    if t:wait(0.002) then t:poll(100) end
-  end
-end
-timers[1]:timeout(0, function() end)
-assert(timers[1]:wait(1))                    -- due, never polled
-coroutine.wrap(function() timers[2]:sleep(50) end)()
-]] .. (compat.has_close and "local closing <close> = hwt.new()\n"
-  or "local closing = hwt.new()   -- no <close> before Lua 5.4\n") .. [[
-closing:timeout(30, function() end)
-local dropped = hwt.new()
-for i = 1, 100 do dropped:timeout(i, function() end) end
-dropped = nil
-collectgarbage()
-io.write("pending:", timers[1]:pending() + timers[2]:pending() + m:pending(), "\n")
-]]
 
 describe("lifecycle", function()
   it("starts no thread until fd() is called: then the worker starts, and stop() joins it", function()
@@ -142,8 +87,8 @@ describe("lifecycle", function()
     assert.equals(7, s.cancelled)
     assert.equals(1, s.fired)
     assert.is_true(threads_settle(base) <= base)   -- worker joined
-    expect_error("timer is stopped", t.timeout, t, 1, noop)
-    expect_error("timer is stopped", t.every, t, 1, noop)
+    assert_raises("timer is stopped", t.timeout, t, 1, noop)
+    assert_raises("timer is stopped", t.every, t, 1, noop)
     assert.equals(0, t:poll())
     assert.is_false(t:wait(0.01))
   end)
@@ -198,7 +143,7 @@ describe("lifecycle", function()
       assert.is_true(keep:stats().stopped)
       assert.is_true(pend:is_cancelled())
       assert.equals(0, keep:pending())
-      expect_error("timer is stopped", keep.timeout, keep, 1, noop)
+      assert_raises("timer is stopped", keep.timeout, keep, 1, noop)
       assert.equals(0, #keep:stop())
       assert.is_true(threads_settle(base) <= base)
       -- also on an error leaving the scope
@@ -211,9 +156,9 @@ describe("lifecycle", function()
       assert.is_false(ok)
       assert.is_true(keep2:stats().stopped)
       assert.is_true(pend2:is_cancelled())
-      expect_error("timer is stopped", keep2.timeout, keep2, 1, noop)
+      assert_raises("timer is stopped", keep2.timeout, keep2, 1, noop)
     end
-    ]], "@lifecycle_spec.lua", { hwt = hwt, full_gc = full_gc, threads = threads, threads_settle = threads_settle, noop = noop, expect_error = expect_error, sleep = sleep }, _ENV))
+    ]], "@lifecycle_spec.lua", { hwt = hwt, full_gc = full_gc, threads = threads, threads_settle = threads_settle, noop = noop, assert_raises = assert_raises, sleep = sleep }, _ENV))
   end
 
   it("a timer garbage-collected with pending timeouts does not crash, and a new timer works", function()
@@ -314,7 +259,7 @@ os.exit(0, true)
     assert.same({ "a" }, log)
     assert.equals(0, t:pending())
     assert.is_true(t:stats().stopped)
-    expect_error("timer is stopped", t.timeout, t, 0, noop)
+    assert_raises("timer is stopped", t.timeout, t, 0, noop)
     assert.equals(0, #t:stop())
     assert.is_true(threads_settle(base) <= base)
   end)

@@ -4,20 +4,9 @@
 local hwt = require("hwt")
 local compat = require("compat")
 
-local EPS = 1e-9          -- "never early" at nanosecond resolution
-local LATE = 0.5          -- loose bound on lateness (OS scheduling, load)
-
-local sleep = require("support").sleep
-
--- eventfd counter of fd, from /proc/self/fdinfo (nonzero = readable).
-local function eventfd_count(fd)
-  local f = assert(io.open("/proc/self/fdinfo/" .. fd, "r"))
-  local info = f:read("*a")
-  f:close()
-  local hex = info:match("eventfd%-count:%s*(%x+)")
-  assert(hex, "fd " .. fd .. " is not an eventfd:\n" .. info)
-  return tonumber(hex, 16)
-end
+local support = require("support")
+local EPS, LATE = support.EPS, support.LATE
+local sleep, eventfd_count = support.sleep, support.eventfd_count
 
 -- Calls wait()+poll() until `until_time` (absolute hwt.now()) has passed.
 local function drive(t, until_time)

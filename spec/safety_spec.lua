@@ -7,29 +7,8 @@ local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local function noop() end
-
-local manual = support.manual
-
--- A child's result must be a clean exit: status 0, no sanitizer report.
-local function assert_clean_exit(out, err, ok, how, status)
-  assert(not err:find("Sanitizer", 1, true), "sanitizer report:\n" .. err)
-  assert(ok, ("child ended by %s %s\nstdout: %s\nstderr: %s"):format(
-    tostring(how), tostring(status), out, err))
-end
-
--- In the children: an object whose finalizer is f (a table where tables have
--- __gc, a proxy on 5.1 and LuaJIT).
-local ON_GC = [[
-local function on_gc(f)
-  if newproxy then
-    local proxy = newproxy(true)
-    getmetatable(proxy).__gc = f
-    return proxy
-  end
-  return setmetatable({}, { __gc = f })
-end
-]]
+local noop, manual = support.noop, support.manual
+local assert_clean_exit, ON_GC = support.assert_clean_exit, support.ON_GC
 
 describe("1: a timer created while the state closes is stopped with it", function()
   it("the reproduction: a finalizer run by lua_close schedules a periodic on a new timer", function()

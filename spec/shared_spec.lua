@@ -3,13 +3,7 @@
 local hwt = require("hwt")
 local support = require("support")
 local sleep, threads, threads_settle = support.sleep, support.threads, support.threads_settle
-
-local LATE = 0.5                  -- loose bound on lateness (OS scheduling, load)
-
-local function full_gc()
-  collectgarbage()
-  collectgarbage()
-end
+local LATE, full_gc = support.LATE, support.full_gc
 
 -- Each spec uses its own tick, so that no other spec's timers share its engine.
 describe("shared engines", function()

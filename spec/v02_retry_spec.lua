@@ -14,20 +14,8 @@ local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local function manual(opts)
-  local o = {}
-  for k, v in pairs(opts or {}) do o[k] = v end
-  o.clock = "manual"
-  return hwt.new(o)
-end
-
-local function close_to(expected, actual, tolerance)
-  return type(actual) == "number" and math.abs(expected - actual) <= (tolerance or 1e-9)
-end
-
-local function contains(s, substring)
-  return type(s) == "string" and s:find(substring, 1, true) ~= nil
-end
+local manual, close_to, has_text = support.manual, support.close_to, support.has_text
+local assert_raises = support.assert_raises
 
 -- ---- fn: any callable, called as fn(attempt, handle) ------------------------------
 
@@ -408,7 +396,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     timer:run_for(1)
     assert.are.equal(3, calls)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "boom3"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "boom3"), tostring(errs[1]))
     timer:run_for(100)
     assert.are.equal(1, #errs)
     timer:stop()
@@ -429,7 +417,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     timer:run_for(1)
     assert.are.equal(3, calls)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "hwt_v02_undefined_global_xyz"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "hwt_v02_undefined_global_xyz"), tostring(errs[1]))
     timer:stop()
   end)
 
@@ -439,7 +427,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     hwt.retry(timer, function() return nil, "only-once" end, { retries = 0 })
     timer:run_for(0)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "only-once"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "only-once"), tostring(errs[1]))
     timer:stop()
   end)
 
@@ -465,8 +453,8 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
       timer:run_for(5)
       io.stdout:write("finished\n")
     ]])
-    assert.is_truthy(contains(out, "finished"), "child: " .. tostring(out) .. tostring(err))
-    assert.is_truthy(contains(err, "retry-last-error-visible"), "stderr: " .. tostring(err))
+    assert.is_truthy(has_text(out, "finished"), "child: " .. tostring(out) .. tostring(err))
+    assert.is_truthy(has_text(err, "retry-last-error-visible"), "stderr: " .. tostring(err))
   end)
 end)
 
@@ -747,18 +735,12 @@ end)
 -- ---- option checks for the additions --------------------------------------------------------
 
 describe("hwt.retry 0.2: options", function()
-  local function expect_error(pattern, fn, ...)
-    local ok, err = pcall(fn, ...)
-    assert.is_false(ok, "expected an error matching " .. pattern)
-    assert.is_truthy(tostring(err):find(pattern, 1, true), tostring(err))
-  end
-
   it("on_retry must be a function (the error names it)", function()
     local timer = manual()
     local called = false
     local function fn() called = true; return true end
-    expect_error("on_retry", hwt.retry, timer, fn, { on_retry = 1 })
-    expect_error("on_retry", hwt.retry, timer, fn, { on_retry = "f" })
+    assert_raises("on_retry", hwt.retry, timer, fn, { on_retry = 1 })
+    assert_raises("on_retry", hwt.retry, timer, fn, { on_retry = "f" })
     assert.is_false(called)
     hwt.retry(timer, fn, { on_retry = function() end })
     assert.is_true(called)
@@ -769,9 +751,9 @@ describe("hwt.retry 0.2: options", function()
     local timer = manual()
     local function fn() return true end
     hwt.retry(timer, fn, { retries = math.huge })
-    expect_error("retries", hwt.retry, timer, fn, { retries = 0 / 0 })
-    expect_error("retries", hwt.retry, timer, fn, { retries = -math.huge })
-    expect_error("retries", hwt.retry, timer, fn, { retries = 2.5 })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = 0 / 0 })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = -math.huge })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = 2.5 })
     timer:stop()
   end)
 

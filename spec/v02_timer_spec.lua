@@ -12,30 +12,11 @@ local compat = require("compat")
 
 local unpack = compat.unpack
 
--- ---- helpers ---------------------------------------------------------------
-
-local function manual(opts)
-  local o = {}
-  for k, v in pairs(opts or {}) do o[k] = v end
-  o.clock = "manual"
-  return hwt.new(o)
-end
-
-local function noop() end
-
--- Calls f(...) and returns its error message; fails if f does not raise.
-local function error_of(f, ...)
-  local ok, err = pcall(f, ...)
-  assert.is_false(ok, "expected an error, got none")
-  return tostring(err)
-end
-
-local function assert_raises(substring, f, ...)
-  local message = error_of(f, ...)
-  assert.is_truthy(message:find(substring, 1, true),
-    ("error message %q does not contain %q"):format(message, substring))
-  return message
-end
+local support = require("support")
+local manual, noop, error_of, assert_raises = support.manual, support.noop, support.error_of, support.assert_raises
+local close_to, assert_close, logger = support.close_to, support.assert_close, support.logger
+local assert_same_objects, includes = support.assert_same_objects, support.includes
+local sleep = support.sleep
 
 -- Raises, with a message containing at least one of the substrings.
 local function assert_raises_any(substrings, f, ...)
@@ -43,37 +24,7 @@ local function assert_raises_any(substrings, f, ...)
   for _, s in ipairs(substrings) do
     if message:find(s, 1, true) then return message end
   end
-  error(("error message %q contains none of %s"):format(message, table.concat(substrings, ", ")), 2)
-end
-
-local function close_to(expected, actual, tolerance)
-  return type(actual) == "number" and math.abs(expected - actual) <= (tolerance or 1e-9)
-end
-
-local function assert_close(expected, actual, tolerance, what)
-  assert.is_true(close_to(expected, actual, tolerance),
-    ("%s: expected %.17g, got %s"):format(what or "value", expected, tostring(actual)))
-end
-
--- A task that appends its label (first extra argument) to a log.
-local function logger()
-  local log = {}
-  local function task(_, label) log[#log + 1] = label end
-  return log, task
-end
-
--- Whether list holds exactly the given userdata, in that order (rawequal).
-local function assert_same_objects(expected, actual, what)
-  assert.are.equal(#expected, #actual, (what or "list") .. ": length")
-  for i = 1, #expected do
-    assert.is_true(rawequal(expected[i], actual[i]),
-      ("%s: element %d is %s, expected %s"):format(what or "list", i, tostring(actual[i]), tostring(expected[i])))
-  end
-end
-
-local function contains(list, x)
-  for _, v in ipairs(list) do if rawequal(v, x) then return true end end
-  return false
+  error(("error message %q includes none of %s"):format(message, table.concat(substrings, ", ")), 2)
 end
 
 -- Nearest-rank percentile of a list of numbers (p in 0..100).
@@ -90,9 +41,6 @@ local function within_eighth(expected, actual, what)
   assert.is_true(math.abs(actual - expected) <= expected / 8 + 1e-9,
     ("%s: %.9g is not within 1/8 of %.9g"):format(what, actual, expected))
 end
-
--- Passes real time without touching the timer under test.
-local sleep = require("support").sleep
 
 -- ---- module ----------------------------------------------------------------
 
@@ -813,17 +761,17 @@ describe("timer:timeouts()", function()
     local in_periodic, in_oneshot, pending_in_periodic
     local p
     p = timer:every(1, function(self)
-      in_periodic = contains(timer:timeouts(), self)
+      in_periodic = includes(timer:timeouts(), self)
       pending_in_periodic = #timer:timeouts() == timer:pending()
     end)
-    local o = timer:timeout(2, function(self) in_oneshot = contains(timer:timeouts(), self) end)
+    local o = timer:timeout(2, function(self) in_oneshot = includes(timer:timeouts(), self) end)
     timer:advance(1)
     assert.is_true(in_periodic, "periodic not listed during its run")
     assert.is_true(pending_in_periodic)
     timer:advance(1)
     assert.is_false(in_oneshot, "one-shot listed during its run")
-    assert.is_true(contains(timer:timeouts(), p))
-    assert.is_false(contains(timer:timeouts(), o))
+    assert.is_true(includes(timer:timeouts(), p))
+    assert.is_false(includes(timer:timeouts(), o))
     assert.is_true(p:cancel())
     assert.are.same({}, timer:timeouts())
     timer:stop()

@@ -12,80 +12,9 @@ local support = require("support")
 
 local pack = compat.pack
 local YIELDS = compat.tasks_yield
-
--- ---- helpers ---------------------------------------------------------------
-
-local function noop() end
-
--- A manual-clock timer whose on_error records { err =, timeout = } entries.
-local function collecting(opts)
-  local errors = {}
-  local o = { on_error = function(err, t) errors[#errors + 1] = { err = err, timeout = t } end }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return support.manual(o), errors
-end
-
--- Whether the running code is on the main thread (5.1 and LuaJIT return nil
--- there, 5.2+ a thread and true). A task run from the main thread cannot
--- yield: tasks that drains on both run yield only elsewhere.
-local function in_main()
-  local co, is_main = coroutine.running()
-  return co == nil or is_main == true
-end
-
--- Runs f(...) in a new coroutine; returns it and the packed results of the
--- first resume.
-local function start(f, ...)
-  local co = coroutine.create(f)
-  return co, pack(coroutine.resume(co, ...))
-end
-
-local function resume(co, ...)
-  return pack(coroutine.resume(co, ...))
-end
-
--- The first n values of a packed table, as a plain array for assert.same.
-local function first(p, n)
-  local out = {}
-  for i = 1, n do out[i] = p[i] end
-  return out
-end
-
--- There are n errors, each a yield that could not happen (PUC 5.1, the main
--- thread, a C call in between).
-local function assert_yield_errors(errors, n)
-  assert.are.equal(n, #errors)
-  for i = 1, n do
-    assert.matches("yield", tostring(errors[i].err), 1, true)
-  end
-end
-
--- A task that appends `name` to log, yields `name` out of the draining call
--- (when not on the main thread), then appends name .. ":" .. what it was
--- resumed with.
-local function yielder(log, name)
-  return function()
-    log[#log + 1] = name
-    if in_main() then return end
-    local got = coroutine.yield(name)
-    log[#log + 1] = name .. ":" .. tostring(got)
-  end
-end
-
-local function appender(log, name)
-  return function() log[#log + 1] = name end
-end
-
--- Resumes co until it is dead; returns the yielded values' first fields in
--- order, and the packed results of the last resume.
-local function resume_to_end(co, first_result)
-  local yielded, last = {}, first_result
-  while coroutine.status(co) == "suspended" do
-    yielded[#yielded + 1] = last[2]
-    last = resume(co, "r")
-  end
-  return yielded, last
-end
+local noop, collecting, in_main = support.noop, support.collecting, support.in_main
+local start, resume, first, resume_to_end = support.start, support.resume, support.first, support.resume_to_end
+local assert_yield_errors, yielder, appender = support.assert_yield_errors, support.yielder, support.appender
 
 -- ---- the draining call yields with the task ------------------------------------
 
