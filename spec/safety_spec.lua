@@ -215,45 +215,6 @@ describe("4: hwt.retry when the timer stops", function()
   end
 end)
 
-describe("5: a late periodic run never leaves its own next beat due", function()
-  it("the reproduction: every(1), advance(2), advance(0) runs it once", function()
-    local tm = manual()
-    local runs = 0
-    local t = tm:every(1, function() runs = runs + 1 end)
-    assert.are.equal(1, tm:advance(2))
-    assert.are.equal(0, tm:advance(0))
-    assert.are.equal(1, runs)
-    assert.are.equal(1, t:remaining())               -- next beat at 3: strictly after 2
-    tm:stop()
-  end)
-
-  it("a run exactly on its deadline: the next beat is one interval later", function()
-    local tm = manual()
-    local at = {}
-    local t = tm:every(0.25, function() at[#at + 1] = tm:now() end)
-    assert.are.equal(1, tm:advance(0.25))
-    assert.are.equal(0, tm:advance(0))
-    assert.are.equal(0.25, t:remaining())
-    assert.are.equal(1, tm:advance(0.25))
-    assert.are.same({ 0.25, 0.5 }, at)
-    tm:stop()
-  end)
-
-  it("late by exact multiples: one run, the next beat the grid point after now", function()
-    local tm = manual()
-    local runs = 0
-    local t = tm:every(1, function() runs = runs + 1 end)
-    for k = 1, 4 do
-      local before = runs
-      tm:advance(t:remaining() + k)     -- k whole intervals past the deadline
-      assert.are.equal(before + 1, runs)
-      assert.are.equal(1, t:remaining())
-      assert.are.equal(0, tm:advance(0))
-    end
-    tm:stop()
-  end)
-end)
-
 describe("siblings", function()
   it("a Timer whose __gc Lua skips (called at the C stack limit) leaves nothing freed in use", function()
     local out, err, ok, how, status = support.run_child([[
