@@ -318,84 +318,6 @@ end)
 -- ---- poll / wait / run / advance / others -------------------------------------
 
 describe("poll, wait, run, advance, now, fd, stats, stop with hostile arguments", function()
-  it("poll(max): negative, fractional, NaN, infinite, 2^63 and non-numbers are named errors", function()
-    local tm = manual()
-    local b = books(tm)
-    for _ = 1, 3 do b:timeout(0, noop) end
-    for _, v in ipairs({ -1, MININT }) do
-      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'", "max must be >= 0")
-    end
-    for _, v in ipairs({ 1.5, 0 / 0, math.huge, -math.huge, 2 ^ 63, 1e308, "1.5" }) do
-      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'")
-    end
-    for _, v in ipairs({ "x", {}, true, print, io.stdout }) do
-      assert_error(call.poll, pack(tm, v), "bad argument #1 to 'poll'", "number expected")
-    end
-    assert.are.equal(0, tm:poll(0))
-    assert.are.equal(1, tm:poll("1"))
-    assert.are.equal(1, tm:poll(1.0))
-    assert.are.equal(1, tm:poll(MAXINT))
-    assert.are.equal(0, tm:poll(nil))
-    b:check()
-    tm:stop()
-  end)
-
-  it("wait(seconds): negative/NaN name 'seconds'; huge values return at once on the manual clock", function()
-    local tm = manual()
-    for _, v in ipairs({ -1, 0 / 0, -math.huge, MININT, "-1" }) do
-      assert_error(call.wait, pack(tm, v), "bad argument #1 to 'wait'", "seconds must be a number >= 0")
-    end
-    for _, v in ipairs({ "x", {}, true, print, io.stdout }) do
-      assert_error(call.wait, pack(tm, v), "bad argument #1 to 'wait'", "number expected")
-    end
-    for _, v in ipairs({ math.huge, 1e308, 2 ^ 63, MAXINT, "5", 0 }) do
-      assert.is_false(tm:wait(v))
-    end
-    tm:timeout(0, noop)
-    assert.is_true(tm:wait(math.huge))
-    tm:stop()
-    assert.is_false(tm:wait())
-  end)
-
-  it("wait() on the real clock with nothing pending returns false at once; wait(tiny) too", function()
-    local rt = hwt.new()
-    local t0 = hwt.now()
-    assert.is_false(rt:wait())
-    assert.is_false(rt:wait(math.huge))
-    assert.is_false(rt:wait(0))
-    assert.is_false(rt:wait(1e-12))
-    assert.is_false(rt:wait("0.001"))
-    assert(hwt.now() - t0 < 1, "wait took too long")
-    rt:stop()
-  end)
-
-  it("run(): raises on the manual clock; returns 0 at once on an idle real clock", function()
-    local tm = manual()
-    assert_error(tm.run, pack(tm, "ignored"), "run() would never end on a manual clock")
-    tm:stop()
-    local rt = hwt.new()
-    assert.are.equal(0, rt:run())
-    rt:stop()
-    assert.are.equal(0, rt:run())
-  end)
-
-  it("advance(seconds): NaN, negative, infinite and non-numbers are named; the real clock refuses", function()
-    local tm = manual()
-    for _, v in ipairs({ 0 / 0, -1, -1e-300, math.huge, -math.huge, MININT, "-1", "1e999" }) do
-      assert_error(call.advance, pack(tm, v), "bad argument #1 to 'advance'", "seconds must be a finite number >= 0")
-    end
-    local bad = pack(nil, "x", {}, true, io.stdout)
-    for i = 1, bad.n do
-      assert_error(call.advance, pack(tm, bad[i]), "bad argument #1 to 'advance'", "number expected")
-    end
-    assert.are.equal(0, tm:now())
-    local rt = hwt.new()
-    assert_error(call.advance, pack(rt, 1), "advance() needs a timer created with clock = \"manual\"")
-    assert_error(call.advance, pack(rt, 0 / 0), "bad argument #1 to 'advance'")
-    rt:stop()
-    tm:stop()
-  end)
-
   it("advance() by huge amounts clamps the manual clock at ~146 years and stays consistent", function()
     local tm = manual()
     local b = books(tm)
@@ -647,43 +569,6 @@ end)
 -- ---- re-entrant calls ------------------------------------------------------------------------
 
 describe("re-entrant calls", function()
-  it("poll() inside a task runs the other due tasks, never the same one twice", function()
-    local tm = manual_with_errors()
-    local b = books(tm)
-    local order, inner = {}, nil
-    b:timeout(0.01, function() order[#order + 1] = "A"; inner = tm:poll() end)
-    b:timeout(0.01, function() order[#order + 1] = "B" end)
-    b:timeout(0.01, function()
-      order[#order + 1] = "C"
-      local ran = tm:poll()
-      order[#order + 1] = ran
-    end)
-    b:timeout(0.02, function() order[#order + 1] = "late" end)
-    assert.are.equal(1, tm:advance(0.01))       -- the outer pass ran A; A's poll ran B and C
-    assert.are.same({ "A", "B", "C", 0 }, order)
-    assert.are.equal(2, inner)
-    b:check()
-    tm:advance(0.01)
-    assert.are.same({ "A", "B", "C", 0, "late" }, order)
-    b:check()
-    tm:stop()
-  end)
-
-  it("poll() inside a periodic task does not run that periodic again", function()
-    local tm = manual_with_errors()
-    local b = books(tm)
-    local p
-    p = b:every(0.01, function() tm:poll(); tm:poll() end)
-    local other = b:timeout(0.01, noop)
-    tm:advance(0.01)
-    assert.are.equal(1, b:runs_of(p))
-    assert.are.equal(1, b:runs_of(other))
-    tm:advance(0.01)
-    assert.are.equal(2, b:runs_of(p))
-    b:check()
-    tm:stop()
-  end)
-
   it("stop() inside a task returns the due siblings, cancelled; poll() goes on and returns", function()
     local tm = manual_with_errors()
     local b = books(tm)
@@ -733,74 +618,6 @@ describe("re-entrant calls", function()
     b:check()
   end)
 
-  it("advance() inside a task on the manual clock runs what became due, each once, in order", function()
-    local tm = manual_with_errors()
-    local b = books(tm)
-    local order = {}
-    local function log(_, name) order[#order + 1] = name end
-    b:timeout(0.01, function()
-      order[#order + 1] = "A"
-      local ran = tm:advance(0.02)
-      order[#order + 1] = ran
-    end)
-    b:timeout(0.01, log, "B")
-    b:timeout(0.02, log, "C")
-    b:timeout(0.03, log, "D")
-    b:timeout(0.05, log, "E")
-    tm:advance(0.01)
-    assert.are.same({ "A", "B", "C", "D", 3 }, order)
-    tm:advance(0.02)
-    assert.are.same({ "A", "B", "C", "D", 3, "E" }, order)
-    b:check()
-    tm:stop()
-  end)
-
-  it("timeout() from a __gc during poll() or advance() never runs in that same pass, but in the next", function()
-    for _, drive in ipairs({ "poll", "advance" }) do
-      local tm = manual_with_errors()
-      local b = books(tm)
-      local from_gc
-      local delay = drive == "poll" and 0 or 0.01
-      b:timeout(delay, function()
-        compat.gc_object(function() from_gc = b:timeout(0, noop) end)
-        collectgarbage()
-        collectgarbage()
-      end)
-      b:timeout(delay, noop)
-      local ran = drive == "poll" and tm:poll() or tm:advance(0.01)
-      assert.are.equal(2, ran, drive)
-      assert.is_truthy(from_gc, "the finalizer did not run during " .. drive .. "()")
-      assert.are.equal(0, b:runs_of(from_gc))
-      b:check()
-      assert.are.equal(1, tm:poll())
-      assert.are.equal(1, b:runs_of(from_gc))
-      b:check()
-      tm:stop()
-    end
-  end)
-
-  it("poll() and advance() from a __gc that runs inside a task: each task still runs once", function()
-    local tm = manual_with_errors()
-    local b = books(tm)
-    local inner = {}
-    b:timeout(0.01, function()
-      compat.gc_object(function()
-        local polled = tm:poll()
-        local advanced = tm:advance(0.01)
-        inner[#inner + 1] = polled
-        inner[#inner + 1] = advanced
-      end)
-      collectgarbage()
-      collectgarbage()
-    end)
-    for i = 1, 3 do b:timeout(0.01, noop, i) end
-    b:timeout(0.02, noop)
-    tm:advance(0.01)
-    assert.are.same({ 3, 1 }, inner)
-    b:check()
-    tm:stop()
-  end)
-
   it("stop() from within on_error returns the siblings; poll() goes on and returns", function()
     local tm, list
     local b
@@ -813,86 +630,6 @@ describe("re-entrant calls", function()
     assert.are.same({ s, p }, list)
     assert.are.equal(0, tm:pending())
     b:check()
-  end)
-
-  it("errors inside on_error (string, table, number, nil) do not stop poll()", function()
-    local calls = 0
-    local raises = { "on_error failed", { "table" }, 42, nil }
-    local tm = manual({ on_error = function() calls = calls + 1; error(raises[calls]) end })
-    local b = books(tm)
-    for i = 1, 4 do b:timeout(0.01, function() error("task " .. i) end) end
-    local fine = b:timeout(0.01, noop)
-    assert.are.equal(5, tm:advance(0.01))
-    assert.are.equal(4, calls)
-    assert.are.equal(1, b:runs_of(fine))
-    b:check()
-    tm:stop()
-  end)
-
-  it("on_error receives the error value unchanged, even nil or a table", function()
-    local tm, errors = manual_with_errors()
-    local value = { code = 7 }
-    tm:timeout(0, function() error(value) end)
-    tm:timeout(0, function() error(nil) end)
-    tm:timeout(0, function() error(false) end)
-    assert.are.equal(3, tm:advance(0))
-    assert.are.equal(3, errors.n)
-    assert.are.equal(value, errors[1])
-    assert.is_nil(errors[2])
-    assert.is_false(errors[3])
-    tm:stop()
-  end)
-
-  it("an on_error that calls poll() runs the other due tasks, each once", function()
-    local tm
-    local inner = {}
-    tm = manual({ on_error = function()
-      local ran = tm:poll()
-      inner[#inner + 1] = ran
-    end })
-    local b = books(tm)
-    b:timeout(0.01, function() error("x") end)
-    b:timeout(0.01, function() error("y") end)
-    local c = b:timeout(0.01, noop)
-    assert.are.equal(1, tm:advance(0.01))        -- x; x's on_error ran y; y's ran c
-    assert.are.same({ 1, 1 }, inner)
-    assert.are.equal(1, b:runs_of(c))
-    b:check()
-    tm:stop()
-  end)
-
-  it("a task that stops its timer then schedules gets 'timer is stopped' through on_error", function()
-    local tm, errors = manual_with_errors()
-    tm:timeout(0, function() tm:stop(); tm:timeout(0, noop) end)
-    tm:advance(0)
-    assert.are.equal(1, errors.n)
-    assert.matches("timer is stopped", tostring(errors[1]), 1, true)
-  end)
-
-  it("run() inside a task on the manual clock is an error for on_error; wait() returns at once", function()
-    local tm, errors = manual_with_errors()
-    local waited
-    tm:timeout(0, function() waited = tm:wait(); tm:run() end)
-    tm:timeout(0, noop)
-    assert.are.equal(2, tm:advance(0))
-    assert.is_true(waited)
-    assert.matches("run() would never end", tostring(errors[1]), 1, true)
-    tm:stop()
-  end)
-
-  it("pending(), stats() and tostring() from inside a task exclude the running one-shot", function()
-    local tm = manual_with_errors()
-    local b = books(tm)
-    local seen
-    local t
-    t = b:timeout(0.01, function()
-      seen = { pending = tm:pending(), stats = tm:stats().pending, state = state_of(t), text = tostring(tm) }
-    end)
-    b:timeout(1, noop)
-    tm:advance(0.01)
-    assert.are.same({ pending = 1, stats = 1, state = "running", text = seen.text }, seen)
-    b:check()
-    tm:stop()
   end)
 
   -- `<close>` parses on Lua 5.4+ only: compiled where it does.
@@ -910,22 +647,6 @@ describe("re-entrant calls", function()
     end
     ]], "@hostile_spec.lua", { manual_with_errors = manual_with_errors, books = books, noop = noop }, _ENV))
   end
-
-  it("a task re-arming itself with delay 0 runs on the next pass, not the same one", function()
-    local tm = manual_with_errors()
-    local runs = 0
-    local function again(t)
-      runs = runs + 1
-      if runs < 5 then t:timer():timeout(0, t:task()) end
-    end
-    tm:timeout(0, again)
-    for i = 1, 5 do
-      assert.are.equal(1, tm:advance(0))
-      assert.are.equal(i, runs)
-    end
-    assert.are.equal(0, tm:poll())
-    tm:stop()
-  end)
 
   it("stop() inside a task on the real clock: the worker ends while poll() is running", function()
     local rt = hwt.new({ tick = 0.001, on_error = noop })
@@ -984,37 +705,5 @@ describe("re-entrant calls", function()
     collectgarbage()
     collectgarbage()
     assert.is_false(ran)
-  end)
-end)
-
--- ---- waits that could never end -------------------------------------------------------
-
-describe("wait() when nothing can ever become due", function()
-  it("returns false when the only pending timeout is never due (math.huge)", function()
-    local out, killed = run_isolated([[
-      local hwt = require("hwt")
-      local tm = hwt.new()
-      tm:timeout(math.huge, function() end)
-      io.write("wait returned ", tostring(tm:wait()), "\n")
-      tm:stop()
-    ]], 3)
-    assert(not killed and out:find("wait returned false", 1, true),
-      "wait() blocked for ever with only a never-due timeout pending:\n" .. out)
-  end)
-
-  it("returns inside a periodic task whose own next run is the only thing pending", function()
-    local out, killed = run_isolated([[
-      local hwt = require("hwt")
-      local tm = hwt.new({ tick = 0.001 })
-      tm:every(0.001, function(t)
-        io.write("wait returned ", tostring(tm:wait()), "\n")
-        t:cancel()
-      end)
-      tm:wait(1)
-      tm:poll()
-      tm:stop()
-    ]], 3)
-    assert(not killed and out:find("wait returned", 1, true),
-      "wait() inside the periodic task blocked for ever:\n" .. out)
   end)
 end)

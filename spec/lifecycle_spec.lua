@@ -203,32 +203,6 @@ describe("lifecycle", function()
     end)
   end
 
-  it("a child whose task raises reports it on stderr with a traceback (default on_error)", function()
-    local code = CHILD_SETUP .. [[
-local t = hwt.new({ tick = 0.001 })
-local after = false
-t:timeout(0, function() error("kaboom-in-task") end)
-local second = t:timeout(0, function() after = true end)
-t:timeout(60, function() end)
--- a GC step between the two may put them in two ticks: poll once both are due
-while hwt.now() < second:deadline() + 0.002 do end
-assert(t:wait(2))
-local n = t:poll()
-io.write("ran:", n, " after:", tostring(after), "\n")
-io.write("CHILD-DONE\n")
-os.exit(0, true)
-]]
-    local out, err, ok, how, status = run_child(code)
-    assert.equals("exit", how)
-    assert.equals(0, status, "stderr: " .. err)
-    assert.is_true(ok)
-    assert.matches("CHILD%-DONE", out)
-    assert.matches("ran:2 after:true", out, 1, true)
-    assert.matches("hwt:", err, 1, true)
-    assert.matches("kaboom-in-task", err, 1, true)
-    assert.matches("stack traceback", err, 1, true)
-  end)
-
   it("stop() inside a task returns the due-but-not-started siblings and joins the worker", function()
     full_gc()
     local base = threads()

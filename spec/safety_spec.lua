@@ -105,33 +105,6 @@ describe("2: the metatables are protected", function()
   end)
 end)
 
-describe("3: poll() nested past the C stack", function()
-  it("the reproduction: every timeout poll() takes is run; the nested call that cannot run one raises", function()
-    local errors = {}
-    local tm = hwt.new{clock = "manual", on_error = function(err) errors[#errors + 1] = tostring(err) end}
-    local started, hs = 0, {}
-    for i = 1, 300 do hs[i] = tm:timeout(0, function() started = started + 1; tm:poll() end) end
-    tm:advance(0)
-    assert.are.equal(300, started)
-    for i = 1, 300 do assert.is_true(hs[i]:is_expired(), "timeout " .. i) end
-    -- Where the C stack ends (PUC Lua: about 200 C levels; LuaJIT's is deeper), the
-    -- nested poll() raised in the task that called it, and on_error got it.
-    for _, err in ipairs(errors) do assert.matches("stack overflow", err) end
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(300, tm:stats().fired)
-  end)
-
-  it("a TimerTask (task:run) takes one C level more: still run, never lost", function()
-    local errors, started = 0, 0
-    local tm = hwt.new{clock = "manual", on_error = function() errors = errors + 1 end}
-    local task = { run = function() started = started + 1; tm:poll() end }
-    for _ = 1, 300 do tm:timeout(0, task) end
-    tm:advance(0)
-    assert.are.equal(300, started)
-    assert.are.equal(300, tm:stats().fired)
-  end)
-end)
-
 describe("4: hwt.retry when the timer stops", function()
   local function failing() return nil, "down" end
 
