@@ -225,32 +225,6 @@ describe("siblings", function()
     assert.is_false(t:cancel())
   end)
 
-  it("stop() where the C stack cannot take one more call raises, stopping nothing; retried higher up it tells all", function()
-    local tm = manual()
-    local gave_up = 0
-    local h = hwt.retry(tm, function() return nil, "no" end,
-                        { delay = 1, on_give_up = function() gave_up = gave_up + 1 end })
-    local co = coroutine.create(function() return tm:sleep(1) end)
-    assert(coroutine.resume(co))
-    local stopped, refusals = false, {}
-    local function nest()               -- pcall in pcall until the C stack ends
-      pcall(nest)
-      if stopped then return end
-      local ok, err = pcall(tm.stop, tm)
-      stopped = ok
-      if not ok then
-        refusals[#refusals + 1] = tostring(err)
-        assert.are.equal(2, tm:pending())   -- nothing stopped
-      end
-    end
-    nest()
-    assert.is_true(stopped)
-    if #refusals > 0 then assert.matches("stack overflow", refusals[1]) end
-    assert.are.equal(1, gave_up)
-    assert.is_true(h.done)
-    assert.are.equal("dead", coroutine.status(co))
-  end)
-
   it("a coroutine in timer:sleep() wakes with nil, 'timer is stopped' when the timer stops", function()
     local tm = manual()
     local results
@@ -301,31 +275,4 @@ describe("round three (issue 42): the binding", function()
     assert.is_false(ran)
   end)
 
-  it("a watcher told of a periodic's next beat runs before the next due timeout is taken", function()
-    local timer = manual()
-    local ran = {}
-    timer:every(1, function() ran[#ran + 1] = "periodic" end)
-    local one = timer:timeout(1, function() ran[#ran + 1] = "one-shot" end)
-    local stopped
-    timer:on_earlier(function() stopped = stopped or timer:stop() end)
-    timer:advance(1)
-    assert.are.same({ "periodic" }, ran)
-    assert.are.equal(1, #stopped)
-    assert.are.equal(one, stopped[1])
-    assert.is_true(one:is_cancelled())
-  end)
-
-  it("7b: on_earlier(nil) removes the watcher", function()
-    local errors, told = {}, 0
-    local timer = manual{ on_error = function(err) errors[#errors + 1] = err end }
-    timer:on_earlier(function() told = told + 1 end)
-    timer:timeout(2, noop)
-    assert.are.equal(1, told)
-    timer:on_earlier(nil)
-    timer:timeout(1, noop)
-    timer:on_earlier()
-    timer:timeout(0.5, noop)
-    assert.are.equal(1, told)
-    assert.are.same({}, errors)
-  end)
 end)
