@@ -1,22 +1,22 @@
--- yield_spec.lua: API 0.2's "Tasks may yield" — a task run by poll(),
--- advance() or run() yields with the draining call, which goes on where it
--- stopped when its coroutine is resumed; poll(max, spawn); stop() and garbage
--- collection while a task is suspended — and timer:next_due() and
--- timer:on_earlier(). Every spec runs on every Lua: on PUC Lua 5.1, where
--- pcall cannot be yielded across, a yield inside a task is that task's error
--- (it goes to on_error and the drain goes on), and the specs check that
--- instead (compat.tasks_yield).
+-- yield_spec.lua: tasks may yield (doc/api.md, "Tasks may yield"): a task
+-- run by poll(), advance(), run() or run_for() yields with the draining
+-- call, which goes on where it stopped when its coroutine is resumed; the
+-- guarantees (order, once, cancel wins, nothing of this call) hold across a
+-- yield; two drains of one timer; poll(max, spawn), which hands each task to
+-- a function of the caller's; garbage collection while a task is suspended;
+-- a yield where the caller cannot yield. Every spec runs on every Lua: on
+-- PUC Lua 5.1, where pcall cannot be yielded across, a yield inside a task is
+-- that task's error (it goes to on_error and the drain goes on), and the
+-- specs check that instead (compat.tasks_yield).
 local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local pack = compat.pack
-local YIELDS = compat.tasks_yield
-local noop, collecting, in_main = support.noop, support.collecting, support.in_main
-local start, resume, first, resume_to_end = support.start, support.resume, support.first, support.resume_to_end
-local assert_yield_errors, yielder, appender = support.assert_yield_errors, support.yielder, support.appender
-
--- ---- the draining call yields with the task ------------------------------------
+local pack, YIELDS, noop, manual = compat.pack, compat.tasks_yield, support.noop, support.manual
+local collecting, in_main, start = support.collecting, support.in_main, support.start
+local resume, first, resume_to_end = support.resume, support.first, support.resume_to_end
+local assert_yield_errors, yielder = support.assert_yield_errors, support.yielder
+local appender = support.appender
 
 describe("a task may yield: the draining call yields with it", function()
   it("poll() in a coroutine yields with the task and, resumed, continues the same call", function()
@@ -136,9 +136,46 @@ describe("a task may yield: the draining call yields with it", function()
     assert.are.equal(0, tm:pending())
     tm:stop()
   end)
-end)
 
--- ---- the guarantees across a yield ---------------------------------------------------
+  it("a task may yield (5.2+, LuaJIT): resuming continues the same run_for(); the clock stays at the task's deadline meanwhile", function()
+    local timer = manual()
+    local log = {}
+    timer:timeout(1, function()
+      log[#log + 1] = ("a%g"):format(timer:now())
+      coroutine.yield("paused")
+      log[#log + 1] = ("a'%g"):format(timer:now())
+    end)
+    timer:timeout(2, function() log[#log + 1] = ("b%g"):format(timer:now()) end)
+    local errors = 0
+    if not compat.tasks_yield then
+      -- PUC 5.1: the yield is the task's error (on_error); run_for goes on
+      local t2 = manual({ on_error = function() errors = errors + 1 end })
+      t2:timeout(1, function() coroutine.yield() end)
+      local co = coroutine.create(function() return t2:run_for(3) end)
+      local ok, n = coroutine.resume(co)
+      assert.is_true(ok)
+      assert.are.equal(1, n)
+      assert.are.equal(1, errors)
+      t2:stop()
+      timer:stop()
+      return
+    end
+    local co = coroutine.create(function() return timer:run_for(3) end)
+    local ok, what = coroutine.resume(co)
+    assert.is_true(ok, tostring(what))
+    assert.are.equal("paused", what)
+    assert.are.equal("suspended", coroutine.status(co))
+    assert.are.same({ "a1" }, log)
+    assert.are.equal(1, timer:now())
+    local ok2, n = coroutine.resume(co)
+    assert.is_true(ok2, tostring(n))
+    assert.are.equal("dead", coroutine.status(co))
+    assert.are.equal(2, n)
+    assert.are.same({ "a1", "a'1", "b2" }, log)
+    assert.are.equal(3, timer:now())
+    timer:stop()
+  end)
+end)
 
 describe("the guarantees hold across a yield", function()
   it("deadline order, and scheduling order for equal deadlines", function()
@@ -434,77 +471,6 @@ describe("the guarantees hold across a yield", function()
   end)
 end)
 
--- ---- timer:sleep() inside a task ----------------------------------------------------
-
-describe("timer:sleep() inside a task", function()
-  it("suspends the poll's coroutine until another drain wakes the sleeper; that poll then goes on", function()
-    local tm, errors = collecting()
-    local log = {}
-    tm:timeout(0, function()
-      log[#log + 1] = "a"
-      local ok = tm:sleep(1)
-      log[#log + 1] = "a woke " .. tostring(ok)
-    end)
-    local co, r = start(function()
-      local n = tm:poll()
-      log[#log + 1] = "poll returned " .. n
-      return n
-    end)
-    assert.is_true(r[1])
-    if not YIELDS then
-      assert.are.same({ "a", "poll returned 1" }, log)
-      assert_yield_errors(errors, 1)                    -- "sleep() cannot yield here"
-      assert.are.equal(0, tm:pending())
-      return
-    end
-    assert.are.equal("suspended", coroutine.status(co))
-    assert.are.same({ "a" }, log)
-    assert.are.equal(1, tm:pending())                   -- the sleep's timeout
-    assert.are.equal(0, tm:advance(0.5))
-    assert.are.equal("suspended", coroutine.status(co))
-    assert.are.equal(1, tm:advance(0.5))                -- wakes it: the first poll finishes inside
-    assert.are.equal("dead", coroutine.status(co))
-    assert.are.same({ "a", "a woke true", "poll returned 1" }, log)
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(0, #errors)
-  end)
-
-  it("a sleep on another timer: the suspended poll runs the rest of its due tasks once woken", function()
-    local tm, errors = collecting()
-    local other = support.manual()
-    local log = {}
-    tm:timeout(0, function()
-      log[#log + 1] = "a"
-      local ok = other:sleep(1)
-      log[#log + 1] = "a woke " .. tostring(ok)
-    end)
-    tm:timeout(0, appender(log, "b"))
-    local co, r = start(function() return "polled", tm:poll() end)
-    assert.is_true(r[1])
-    if not YIELDS then
-      assert.are.same({ true, "polled", 2 }, first(r, 3))
-      assert.are.same({ "a", "b" }, log)
-      assert_yield_errors(errors, 1)
-      assert.are.equal(0, other:pending())
-      return
-    end
-    assert.are.same({ "a" }, log)
-    assert.are.equal(1, tm:pending())                   -- b, due, waits for the resume
-    assert.are.equal(1, other:pending())
-    local results
-    other:timeout(1, function()                         -- after the sleeper's wake-up
-      results = { coroutine.status(co) }
-    end)
-    assert.are.equal(2, other:advance(1))
-    assert.are.same({ "dead" }, results)
-    assert.are.same({ "a", "a woke true", "b" }, log)
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(0, #errors)
-  end)
-end)
-
--- ---- two drains of one timer ----------------------------------------------------------
-
 describe("two drains of one timer", function()
   it("while one is suspended another runs the other due tasks; resumed, the first does not run them again", function()
     local tm, errors = collecting()
@@ -636,8 +602,6 @@ describe("two drains of one timer", function()
     assert.are.equal(4, tm:stats().fired)
   end)
 end)
-
--- ---- poll(max, spawn) ------------------------------------------------------------------
 
 describe("poll(max, spawn)", function()
   local function wrap_spawn(f) coroutine.wrap(f)() end
@@ -1005,8 +969,6 @@ describe("poll(max, spawn)", function()
   end)
 end)
 
--- ---- garbage collection while a task is suspended ---------------------------------------
-
 describe("garbage collection while a task is suspended", function()
   -- Starts drain(timer) in a coroutine and returns its status: the coroutine
   -- itself is left in no variable and no stack slot of the caller.
@@ -1243,8 +1205,6 @@ describe("garbage collection while a task is suspended", function()
   end)
 end)
 
--- ---- where a yield cannot happen -------------------------------------------------------
-
 describe("a yield where the draining call's caller cannot yield", function()
   it("from the main thread: the task's error, to on_error; the drain goes on", function()
     local tm, errors = collecting()
@@ -1292,20 +1252,5 @@ describe("a yield where the draining call's caller cannot yield", function()
       assert.is_true(rawequal(t, errors[1].timeout))
     end
     assert.are.equal(1, tm:stats().fired)                -- counts as run either way
-  end)
-end)
-
-describe("functions that refer to their timer", function()
-  it("an on_error and an on_earlier that refer to the timer do not keep it alive", function()
-    local weak = setmetatable({}, { __mode = "v" })
-    do
-      local timer
-      timer = hwt.new({ on_error = function() return timer end })
-      timer:on_earlier(function() return timer end)
-      timer:timeout(3600, function() end)
-      weak.timer = timer
-    end
-    for _ = 1, 4 do collectgarbage("collect") end
-    assert.is_nil(weak.timer)
   end)
 end)
