@@ -69,17 +69,6 @@ describe("timer:now()", function()
     end
     timer:stop()
   end)
-
-  it("timer:now() reads the monotonic clock on the same base as hwt.now()", function()
-    local t = hwt.new()
-    local before = hwt.now()
-    local now = t:now()
-    local after = hwt.now()
-    assert.is_number(now)
-    assert.is_true(now >= before - 1e-6 and now <= after + 1e-6,
-      ("timer:now() = %.6f, hwt.now() between %.6f and %.6f"):format(now, before, after))
-    t:stop()
-  end)
 end)
 
 describe("manual clock time", function()

@@ -15,10 +15,6 @@ describe("module hwt", function()
     assert.are.equal("hwt 0.2.0", hwt._VERSION)
   end)
 
-  it("has _VERSION 'hwt 0.2.0'", function()
-    assert.are.equal("hwt 0.2.0", hwt._VERSION)
-  end)
-
   it("exposes new() and names its userdata hwt.Timer and hwt.Timeout", function()
     assert.are.equal("function", type(hwt.new))
     local timer = manual()
@@ -169,12 +165,6 @@ describe("hwt.new with hostile options", function()
       end
     end
     tm:stop()
-  end)
-
-  it("accepts nil or no opts at all", function()
-    hwt.new():stop()
-    hwt.new(nil):stop()
-    hwt.new({}):stop()
   end)
 
   it("names an unknown option key (typos do not pass silently)", function()
