@@ -3,7 +3,7 @@
 -- finalizers that attack the timer at the next allocations, makes the call
 -- whose allocations run them, and checks that the call saw the attack and
 -- still did the right thing (under `make test` also against the ASan+UBSan
--- build). test/RELIABILITY.md, round three.
+-- build).
 local hwt = require("hwt")
 local support = require("support")
 

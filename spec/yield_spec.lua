@@ -1,4 +1,4 @@
--- yield_spec.lua: tasks may yield (doc/api.md, "Tasks may yield"): a task
+-- yield_spec.lua: tasks may yield (doc/api.md, "Tasks that yield"): a task
 -- run by poll(), advance(), run() or run_for() yields with the draining
 -- call, which goes on where it stopped when its coroutine is resumed; the
 -- guarantees (order, once, cancel wins, nothing of this call) hold across a
