@@ -17,14 +17,14 @@ compat.mininteger = math.mininteger or -2 ^ 53
 -- `local x <close>` (5.4+).
 compat.has_close = compat.load("local x <close> = nil") ~= nil
 
--- A value the C side returned with lua_pushinteger: an integer where the
--- version has the subtype, otherwise an integral number.
--- Whether a task may yield (API 0.2, "Tasks may yield"): everywhere but PUC
--- Lua 5.1, where pcall cannot be yielded across.
+-- Whether a task may yield (doc/api.md, "Tasks that yield"): everywhere but
+-- PUC Lua 5.1, where pcall cannot be yielded across.
 compat.tasks_yield = select(2, coroutine.resume(coroutine.create(function()
   return pcall(coroutine.yield, "yielded")
 end))) == "yielded"
 
+-- A value the C side returned with lua_pushinteger: an integer where the
+-- version has the subtype, otherwise an integral number.
 function compat.is_integer(v)
   if compat.has_integers then return math.type(v) == "integer" end
   return type(v) == "number" and v == v and v % 1 == 0

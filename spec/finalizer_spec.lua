@@ -3,11 +3,11 @@
 -- finalizers that attack the timer at the next allocations, makes the call
 -- whose allocations run them, and checks that the call saw the attack and
 -- still did the right thing (under `make test` also against the ASan+UBSan
--- build). test/RELIABILITY.md, round three.
+-- build).
 local hwt = require("hwt")
 local support = require("support")
 
-local function noop() end
+local noop = support.noop
 
 -- Runs call() with finalizers queued that run attack() at its allocations;
 -- returns how many finalizers ran inside it and what call() returned. Tried again a

@@ -8,6 +8,7 @@ local hwt = require("hwt")
 local jobs = require("hwt.jobs")
 local redis_server = require("redis_server")
 local socket = require("socket")
+local assert_raises = require("support").assert_raises
 
 local TICK = 0.005
 local WITHIN = 5                -- seconds: a bound for "soon"; a run longer has failed
@@ -114,12 +115,6 @@ local function connect_corrupting_once(on)
   end
 end
 
-local function expect_error(pattern, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected an error matching " .. pattern)
-  assert.is_truthy(tostring(err):find(pattern, 1, true), tostring(err))
-end
-
 describe("hwt.jobs", function()
   lazy_setup(function() server = redis_server.start() end)
   lazy_teardown(function() server:destroy() end)
@@ -134,19 +129,19 @@ describe("hwt.jobs", function()
         o[key] = value
         return o
       end
-      expect_error("bad argument #1 to 'redis' (table expected", jobs.redis, nil)
-      expect_error("bad option 'timer' to 'redis' (hwt.Timer expected, got table)", jobs.redis, with("timer", {}))
-      expect_error("bad option 'connect' to 'redis' (function expected", jobs.redis, with("connect", "localhost"))
-      expect_error("bad option 'key' to 'redis'", jobs.redis, with("key", ""))
-      expect_error("bad option 'lease' to 'redis' (positive number", jobs.redis, with("lease", 0))
-      expect_error("bad option 'poll_interval' to 'redis'", jobs.redis, with("poll_interval", 0 / 0))
-      expect_error("bad option 'concurrency' to 'redis' (integer", jobs.redis, with("concurrency", 2.5))
-      expect_error("bad option 'retry.delay' to 'redis' (number expected", jobs.redis, with("retry", { delay = "soon" }))
-      expect_error("bad option 'retry.retries' to 'redis'", jobs.redis, with("retry", { retries = -1 }))
-      expect_error("bad option 'retry.retires' to 'redis' (unknown field)", jobs.redis, with("retry", { retires = 5 }))
-      expect_error("bad option 'retry.random' to 'redis' (unknown field)", jobs.redis, with("retry", { random = math.random }))
-      expect_error("bad option 'on_error' to 'redis' (function expected", jobs.redis, with("on_error", true))
-      expect_error("bad option 'lesae' to 'redis' (unknown option)", jobs.redis, with("lesae", 30))
+      assert_raises("bad argument #1 to 'redis' (table expected", jobs.redis, nil)
+      assert_raises("bad option 'timer' to 'redis' (hwt.Timer expected, got table)", jobs.redis, with("timer", {}))
+      assert_raises("bad option 'connect' to 'redis' (function expected", jobs.redis, with("connect", "localhost"))
+      assert_raises("bad option 'key' to 'redis'", jobs.redis, with("key", ""))
+      assert_raises("bad option 'lease' to 'redis' (positive number", jobs.redis, with("lease", 0))
+      assert_raises("bad option 'poll_interval' to 'redis'", jobs.redis, with("poll_interval", 0 / 0))
+      assert_raises("bad option 'concurrency' to 'redis' (integer", jobs.redis, with("concurrency", 2.5))
+      assert_raises("bad option 'retry.delay' to 'redis' (number expected", jobs.redis, with("retry", { delay = "soon" }))
+      assert_raises("bad option 'retry.retries' to 'redis'", jobs.redis, with("retry", { retries = -1 }))
+      assert_raises("bad option 'retry.retires' to 'redis' (unknown field)", jobs.redis, with("retry", { retires = 5 }))
+      assert_raises("bad option 'retry.random' to 'redis' (unknown field)", jobs.redis, with("retry", { random = math.random }))
+      assert_raises("bad option 'on_error' to 'redis' (function expected", jobs.redis, with("on_error", true))
+      assert_raises("bad option 'lesae' to 'redis' (unknown option)", jobs.redis, with("lesae", 30))
       local _, where = pcall(function() jobs.redis(with("lease", -1)) end)
       assert.matches("^spec/jobs_spec%.lua:%d+: bad option 'lease'", where)   -- the caller's line
       timer:stop()
@@ -154,32 +149,32 @@ describe("hwt.jobs", function()
 
     it("refuses a bad name, delay or payload, and writes nothing", function()
       local q, timer, _, key = new_queue()
-      expect_error("bad argument #1 to 'schedule' (non-empty string expected, got nil)", q.schedule, q, nil, 1)
-      expect_error("bad argument #2 to 'schedule' (finite number of seconds >= 0", q.schedule, q, "a", -1)
-      expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", 0 / 0)
-      expect_error("bad argument #2 to 'schedule'", q.schedule, q, "a", math.huge)
-      expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected: payload.f is a function",
+      assert_raises("bad argument #1 to 'schedule' (non-empty string expected, got nil)", q.schedule, q, nil, 1)
+      assert_raises("bad argument #2 to 'schedule' (finite number of seconds >= 0", q.schedule, q, "a", -1)
+      assert_raises("bad argument #2 to 'schedule'", q.schedule, q, "a", 0 / 0)
+      assert_raises("bad argument #2 to 'schedule'", q.schedule, q, "a", math.huge)
+      assert_raises("bad argument #3 to 'schedule' (JSON-encodable payload expected: payload.f is a function",
                    q.schedule, q, "a", 1, { f = print })
-      expect_error("bad argument #4 to 'schedule' (table expected, got number)", q.schedule, q, "a", 1, nil, 5)
-      expect_error("bad argument #4 to 'schedule' (unknown option 'at')", q.schedule, q, "a", 1, nil, { at = 5 })
+      assert_raises("bad argument #4 to 'schedule' (table expected, got number)", q.schedule, q, "a", 1, nil, 5)
+      assert_raises("bad argument #4 to 'schedule' (unknown option 'at')", q.schedule, q, "a", 1, nil, { at = 5 })
       for _, id in ipairs({ 42, "42", "", true }) do
-        expect_error("bad argument #4 to 'schedule' (opts.id: a string with a non-digit expected",
+        assert_raises("bad argument #4 to 'schedule' (opts.id: a string with a non-digit expected",
                      q.schedule, q, "a", 1, nil, { id = id })
       end
-      expect_error("bad argument #4 to 'schedule' (opts.replace: boolean expected, got number)",
+      assert_raises("bad argument #4 to 'schedule' (opts.replace: boolean expected, got number)",
                    q.schedule, q, "a", 1, nil, { id = "a1", replace = 1 })
-      expect_error("bad argument #4 to 'schedule' (opts.replace needs opts.id)", q.schedule, q, "a", 1, nil, { replace = true })
+      assert_raises("bad argument #4 to 'schedule' (opts.replace needs opts.id)", q.schedule, q, "a", 1, nil, { replace = true })
       local _, opts_where = pcall(function() q:schedule("a", 1, nil, { id = 7 }) end)
       assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #4", opts_where)   -- the caller's line
-      expect_error("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
+      assert_raises("calling 'schedule' on bad self", q.schedule, {}, "a", 1)
       local _, where = pcall(function() q:schedule("a", -1) end)
       assert.matches("^spec/jobs_spec%.lua:%d+: bad argument #2", where)   -- the caller's line
-      expect_error("bad argument #1 to 'cancel' (job id expected, got table)", q.cancel, q, {})
-      expect_error("bad argument #2 to 'handle' (function expected, got string)", q.handle, q, "a", "f")
-      expect_error("no handlers", q.start, q)
+      assert_raises("bad argument #1 to 'cancel' (job id expected, got table)", q.cancel, q, {})
+      assert_raises("bad argument #2 to 'handle' (function expected, got string)", q.handle, q, "a", "f")
+      assert_raises("no handlers", q.start, q)
       q:handle("a", function() end)
       timer:stop()
-      expect_error("timer is stopped", q.start, q)
+      assert_raises("timer is stopped", q.start, q)
       assert.equals(0, redis_count("zcard", "{" .. key .. "}:due"))
       assert.equals(0, redis_count("hlen", "{" .. key .. "}:jobs"))
       timer:stop()
@@ -209,7 +204,7 @@ describe("hwt.jobs", function()
     it("that JSON cannot give back equal are refused, naming where in the payload (issue 42)", function()
       local q, timer, _, key = new_queue()
       local function refused(where, payload)
-        expect_error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. where,
+        assert_raises("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. where,
                      q.schedule, q, "a", 1, payload)
       end
       refused("payload.retry.delay is nan", { retry = { delay = 0 / 0 } })

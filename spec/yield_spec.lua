@@ -1,93 +1,22 @@
--- yield_spec.lua: API 0.2's "Tasks may yield" — a task run by poll(),
--- advance() or run() yields with the draining call, which goes on where it
--- stopped when its coroutine is resumed; poll(max, spawn); stop() and garbage
--- collection while a task is suspended — and timer:next_due() and
--- timer:on_earlier(). Every spec runs on every Lua: on PUC Lua 5.1, where
--- pcall cannot be yielded across, a yield inside a task is that task's error
--- (it goes to on_error and the drain goes on), and the specs check that
--- instead (compat.tasks_yield).
+-- yield_spec.lua: tasks may yield (doc/api.md, "Tasks that yield"): a task
+-- run by poll(), advance(), run() or run_for() yields with the draining
+-- call, which goes on where it stopped when its coroutine is resumed; the
+-- guarantees (order, once, cancel wins, nothing of this call) hold across a
+-- yield; two drains of one timer; poll(max, spawn), which hands each task to
+-- a function of the caller's; garbage collection while a task is suspended;
+-- a yield where the caller cannot yield. Every spec runs on every Lua: on
+-- PUC Lua 5.1, where pcall cannot be yielded across, a yield inside a task is
+-- that task's error (it goes to on_error and the drain goes on), and the
+-- specs check that instead (compat.tasks_yield).
 local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local pack = compat.pack
-local YIELDS = compat.tasks_yield
-
--- ---- helpers ---------------------------------------------------------------
-
-local function noop() end
-
--- A manual-clock timer whose on_error records { err =, timeout = } entries.
-local function collecting(opts)
-  local errors = {}
-  local o = { on_error = function(err, t) errors[#errors + 1] = { err = err, timeout = t } end }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return support.manual(o), errors
-end
-
--- Whether the running code is on the main thread (5.1 and LuaJIT return nil
--- there, 5.2+ a thread and true). A task run from the main thread cannot
--- yield: tasks that drains on both run yield only elsewhere.
-local function in_main()
-  local co, is_main = coroutine.running()
-  return co == nil or is_main == true
-end
-
--- Runs f(...) in a new coroutine; returns it and the packed results of the
--- first resume.
-local function start(f, ...)
-  local co = coroutine.create(f)
-  return co, pack(coroutine.resume(co, ...))
-end
-
-local function resume(co, ...)
-  return pack(coroutine.resume(co, ...))
-end
-
--- The first n values of a packed table, as a plain array for assert.same.
-local function first(p, n)
-  local out = {}
-  for i = 1, n do out[i] = p[i] end
-  return out
-end
-
--- There are n errors, each a yield that could not happen (PUC 5.1, the main
--- thread, a C call in between).
-local function assert_yield_errors(errors, n)
-  assert.are.equal(n, #errors)
-  for i = 1, n do
-    assert.matches("yield", tostring(errors[i].err), 1, true)
-  end
-end
-
--- A task that appends `name` to log, yields `name` out of the draining call
--- (when not on the main thread), then appends name .. ":" .. what it was
--- resumed with.
-local function yielder(log, name)
-  return function()
-    log[#log + 1] = name
-    if in_main() then return end
-    local got = coroutine.yield(name)
-    log[#log + 1] = name .. ":" .. tostring(got)
-  end
-end
-
-local function appender(log, name)
-  return function() log[#log + 1] = name end
-end
-
--- Resumes co until it is dead; returns the yielded values' first fields in
--- order, and the packed results of the last resume.
-local function resume_to_end(co, first_result)
-  local yielded, last = {}, first_result
-  while coroutine.status(co) == "suspended" do
-    yielded[#yielded + 1] = last[2]
-    last = resume(co, "r")
-  end
-  return yielded, last
-end
-
--- ---- the draining call yields with the task ------------------------------------
+local pack, YIELDS, noop, manual = compat.pack, compat.tasks_yield, support.noop, support.manual
+local collecting, in_main, start = support.collecting, support.in_main, support.start
+local resume, first, resume_to_end = support.resume, support.first, support.resume_to_end
+local assert_yield_errors, yielder = support.assert_yield_errors, support.yielder
+local appender = support.appender
 
 describe("a task may yield: the draining call yields with it", function()
   it("poll() in a coroutine yields with the task and, resumed, continues the same call", function()
@@ -207,9 +136,46 @@ describe("a task may yield: the draining call yields with it", function()
     assert.are.equal(0, tm:pending())
     tm:stop()
   end)
-end)
 
--- ---- the guarantees across a yield ---------------------------------------------------
+  it("a task may yield (5.2+, LuaJIT): resuming continues the same run_for(); the clock stays at the task's deadline meanwhile", function()
+    local timer = manual()
+    local log = {}
+    timer:timeout(1, function()
+      log[#log + 1] = ("a%g"):format(timer:now())
+      coroutine.yield("paused")
+      log[#log + 1] = ("a'%g"):format(timer:now())
+    end)
+    timer:timeout(2, function() log[#log + 1] = ("b%g"):format(timer:now()) end)
+    local errors = 0
+    if not compat.tasks_yield then
+      -- PUC 5.1: the yield is the task's error (on_error); run_for goes on
+      local t2 = manual({ on_error = function() errors = errors + 1 end })
+      t2:timeout(1, function() coroutine.yield() end)
+      local co = coroutine.create(function() return t2:run_for(3) end)
+      local ok, n = coroutine.resume(co)
+      assert.is_true(ok)
+      assert.are.equal(1, n)
+      assert.are.equal(1, errors)
+      t2:stop()
+      timer:stop()
+      return
+    end
+    local co = coroutine.create(function() return timer:run_for(3) end)
+    local ok, what = coroutine.resume(co)
+    assert.is_true(ok, tostring(what))
+    assert.are.equal("paused", what)
+    assert.are.equal("suspended", coroutine.status(co))
+    assert.are.same({ "a1" }, log)
+    assert.are.equal(1, timer:now())
+    local ok2, n = coroutine.resume(co)
+    assert.is_true(ok2, tostring(n))
+    assert.are.equal("dead", coroutine.status(co))
+    assert.are.equal(2, n)
+    assert.are.same({ "a1", "a'1", "b2" }, log)
+    assert.are.equal(3, timer:now())
+    timer:stop()
+  end)
+end)
 
 describe("the guarantees hold across a yield", function()
   it("deadline order, and scheduling order for equal deadlines", function()
@@ -505,77 +471,6 @@ describe("the guarantees hold across a yield", function()
   end)
 end)
 
--- ---- timer:sleep() inside a task ----------------------------------------------------
-
-describe("timer:sleep() inside a task", function()
-  it("suspends the poll's coroutine until another drain wakes the sleeper; that poll then goes on", function()
-    local tm, errors = collecting()
-    local log = {}
-    tm:timeout(0, function()
-      log[#log + 1] = "a"
-      local ok = tm:sleep(1)
-      log[#log + 1] = "a woke " .. tostring(ok)
-    end)
-    local co, r = start(function()
-      local n = tm:poll()
-      log[#log + 1] = "poll returned " .. n
-      return n
-    end)
-    assert.is_true(r[1])
-    if not YIELDS then
-      assert.are.same({ "a", "poll returned 1" }, log)
-      assert_yield_errors(errors, 1)                    -- "sleep() cannot yield here"
-      assert.are.equal(0, tm:pending())
-      return
-    end
-    assert.are.equal("suspended", coroutine.status(co))
-    assert.are.same({ "a" }, log)
-    assert.are.equal(1, tm:pending())                   -- the sleep's timeout
-    assert.are.equal(0, tm:advance(0.5))
-    assert.are.equal("suspended", coroutine.status(co))
-    assert.are.equal(1, tm:advance(0.5))                -- wakes it: the first poll finishes inside
-    assert.are.equal("dead", coroutine.status(co))
-    assert.are.same({ "a", "a woke true", "poll returned 1" }, log)
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(0, #errors)
-  end)
-
-  it("a sleep on another timer: the suspended poll runs the rest of its due tasks once woken", function()
-    local tm, errors = collecting()
-    local other = support.manual()
-    local log = {}
-    tm:timeout(0, function()
-      log[#log + 1] = "a"
-      local ok = other:sleep(1)
-      log[#log + 1] = "a woke " .. tostring(ok)
-    end)
-    tm:timeout(0, appender(log, "b"))
-    local co, r = start(function() return "polled", tm:poll() end)
-    assert.is_true(r[1])
-    if not YIELDS then
-      assert.are.same({ true, "polled", 2 }, first(r, 3))
-      assert.are.same({ "a", "b" }, log)
-      assert_yield_errors(errors, 1)
-      assert.are.equal(0, other:pending())
-      return
-    end
-    assert.are.same({ "a" }, log)
-    assert.are.equal(1, tm:pending())                   -- b, due, waits for the resume
-    assert.are.equal(1, other:pending())
-    local results
-    other:timeout(1, function()                         -- after the sleeper's wake-up
-      results = { coroutine.status(co) }
-    end)
-    assert.are.equal(2, other:advance(1))
-    assert.are.same({ "dead" }, results)
-    assert.are.same({ "a", "a woke true", "b" }, log)
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(0, #errors)
-  end)
-end)
-
--- ---- two drains of one timer ----------------------------------------------------------
-
 describe("two drains of one timer", function()
   it("while one is suspended another runs the other due tasks; resumed, the first does not run them again", function()
     local tm, errors = collecting()
@@ -707,8 +602,6 @@ describe("two drains of one timer", function()
     assert.are.equal(4, tm:stats().fired)
   end)
 end)
-
--- ---- poll(max, spawn) ------------------------------------------------------------------
 
 describe("poll(max, spawn)", function()
   local function wrap_spawn(f) coroutine.wrap(f)() end
@@ -1076,103 +969,6 @@ describe("poll(max, spawn)", function()
   end)
 end)
 
--- ---- stop() while a task is suspended ------------------------------------------------
-
-describe("stop() while a task is suspended", function()
-  it("returns the never-run others; the task, resumed, finishes without error; nothing runs again", function()
-    local tm, errors = collecting()
-    local log = {}
-    local a = tm:timeout(0, yielder(log, "a"))
-    local b = tm:timeout(0, appender(log, "b"))
-    local c = tm:timeout(2, appender(log, "c"))
-    local co, r = start(function() return tm:poll() end)
-    local ended
-    if YIELDS then
-      assert.are.equal("suspended", coroutine.status(co))
-      ended = tm:stop()
-      assert.are.equal(2, #ended)
-      assert.is_true(rawequal(b, ended[1]))
-      assert.is_true(rawequal(c, ended[2]))
-      assert.are.equal(0, tm:pending())
-      r = resume(co, "after stop")
-      assert.are.same({ true, 1 }, first(r, 2))
-      assert.are.same({ "a", "a:after stop" }, log)
-      assert.are.equal(0, #errors)
-    else
-      assert.are.same({ true, 2 }, first(r, 2))
-      assert_yield_errors(errors, 1)
-      ended = tm:stop()
-      assert.are.equal(1, #ended)
-      assert.is_true(rawequal(c, ended[1]))
-    end
-    for i = 1, #ended do
-      assert.is_true(ended[i]:is_cancelled())
-      assert.is_false(ended[i]:is_expired())
-    end
-    assert.is_true(a:is_expired())
-    assert.is_false(a:is_cancelled())
-    assert.are.equal(0, tm:pending())
-    assert.are.equal(0, tm:poll())
-    assert.are.equal(0, tm:advance(5))
-    assert.is_nil(tm:next_due())
-    assert.are.same({}, tm:stop())
-  end)
-
-  it("a periodic suspended in its run when the timer stops is not re-armed", function()
-    local tm, errors = collecting()
-    local runs = 0
-    local p = tm:every(1, function()
-      runs = runs + 1
-      if not in_main() then coroutine.yield() end
-    end)
-    local co, r = start(function() return tm:advance(1) end)
-    if YIELDS then
-      assert.are.equal("suspended", coroutine.status(co))
-      assert.are.same({}, tm:stop())                     -- it ran: not in stop()'s result
-      r = resume(co)
-      assert.are.equal(0, #errors)
-    else
-      assert_yield_errors(errors, 1)
-      assert.are.same({}, tm:stop())
-    end
-    assert.are.same({ true, 1 }, first(r, 2))
-    assert.are.equal(0, tm:pending())
-    assert.is_true(p:is_expired())
-    assert.is_false(p:cancel())
-    assert.are.equal(0, tm:advance(10))
-    assert.are.equal(1, runs)
-  end)
-
-  it("stop() called by the task after its yield ends the drain: the rest never run", function()
-    local tm, errors = collecting()
-    local log, ended = {}, nil
-    tm:timeout(0, function()
-      log[#log + 1] = "a"
-      if not in_main() then coroutine.yield() end
-      ended = tm:stop()
-    end)
-    local b = tm:timeout(0, appender(log, "b"))
-    local co, r = start(function() return tm:poll() end)
-    if YIELDS then
-      assert.are.equal("suspended", coroutine.status(co))
-      r = resume(co)
-      assert.are.same({ true, 1 }, first(r, 2))
-      assert.are.same({ "a" }, log)
-      assert.are.equal(1, #ended)
-      assert.is_true(rawequal(b, ended[1]))
-      assert.is_true(b:is_cancelled())
-      assert.are.equal(0, #errors)
-    else
-      assert.are.same({ true, 2 }, first(r, 2))
-      assert.are.same({ "a", "b" }, log)
-      assert_yield_errors(errors, 1)
-    end
-    assert.are.equal(0, tm:pending())
-  end)
-end)
-
--- ---- garbage collection while a task is suspended ---------------------------------------
-
 describe("garbage collection while a task is suspended", function()
   -- Starts drain(timer) in a coroutine and returns its status: the coroutine
   -- itself is left in no variable and no stack slot of the caller.
@@ -1409,8 +1205,6 @@ describe("garbage collection while a task is suspended", function()
   end)
 end)
 
--- ---- where a yield cannot happen -------------------------------------------------------
-
 describe("a yield where the draining call's caller cannot yield", function()
   it("from the main thread: the task's error, to on_error; the drain goes on", function()
     local tm, errors = collecting()
@@ -1458,447 +1252,5 @@ describe("a yield where the draining call's caller cannot yield", function()
       assert.is_true(rawequal(t, errors[1].timeout))
     end
     assert.are.equal(1, tm:stats().fired)                -- counts as run either way
-  end)
-end)
-
--- ---- timer:next_due() ------------------------------------------------------------------
-
-describe("timer:next_due()", function()
-  it("is nil with nothing pending, with only math.huge delays, and after stop", function()
-    local tm = support.manual()
-    assert.is_nil(tm:next_due())
-    local never = tm:timeout(math.huge, noop)
-    tm:every(math.huge, noop)
-    assert.are.equal(2, tm:pending())
-    assert.is_nil(tm:next_due())
-    never:cancel()
-    tm:timeout(2, noop)
-    assert.are.equal(2, tm:next_due())
-    tm:stop()
-    assert.is_nil(tm:next_due())
-  end)
-
-  it("is nil once the last timeout is cancelled or has run", function()
-    local tm = support.manual()
-    local t = tm:timeout(1, noop)
-    assert.are.equal(1, tm:next_due())
-    t:cancel()
-    assert.is_nil(tm:next_due())
-    tm:timeout(1, noop)
-    tm:advance(1)
-    assert.is_nil(tm:next_due())
-  end)
-
-  it("is 0 when something is due: a delay-0 timeout, or one scheduled by a task for now", function()
-    local tm = support.manual()
-    tm:timeout(0, noop)
-    assert.are.equal(0, tm:next_due())
-    assert.are.equal(1, tm:poll())
-    assert.is_nil(tm:next_due())
-    local inside
-    tm:timeout(1, function()
-      tm:timeout(0, noop)
-      inside = tm:next_due()
-    end)
-    tm:timeout(5, noop)
-    assert.are.equal(1, tm:advance(1))
-    assert.are.equal(0, inside)
-    assert.are.equal(0, tm:next_due())                   -- not run by that advance()
-    assert.are.equal(1, tm:poll())
-    assert.are.equal(4, tm:next_due())
-  end)
-
-  it("is exact on the manual clock and decreases as the clock advances", function()
-    local tm = support.manual()
-    tm:timeout(1.5, noop)
-    tm:timeout(0.25, noop)
-    tm:timeout(0.75, noop)
-    assert.are.equal(0.25, tm:next_due())
-    tm:advance(0.1)
-    assert.are.equal(0.15, tm:next_due())
-    tm:advance(0.15)                                     -- runs the first
-    assert.are.equal(0.5, tm:next_due())
-    local last = tm:next_due()
-    for _ = 1, 4 do
-      tm:advance(0.1)
-      local now = tm:next_due()
-      assert.is_true(now < last, ("%s then %s"):format(last, now))
-      last = now
-    end
-    assert.are.equal(0.1, tm:next_due())
-    tm:advance(0.1)
-    assert.are.equal(0.75, tm:next_due())
-  end)
-
-  it("reports the next one after the earliest is cancelled", function()
-    local tm = support.manual()
-    local first_one = tm:timeout(0.5, noop)
-    local second = tm:timeout(1, noop)
-    tm:timeout(2, noop)
-    assert.are.equal(0.5, tm:next_due())
-    first_one:cancel()
-    assert.are.equal(1, tm:next_due())
-    second:cancel()
-    assert.are.equal(2, tm:next_due())
-  end)
-
-  it("follows a periodic timeout beat by beat", function()
-    local tm = support.manual()
-    tm:every(0.5, noop)
-    assert.are.equal(0.5, tm:next_due())
-    tm:advance(0.5)
-    assert.are.equal(0.5, tm:next_due())
-    tm:advance(0.25)
-    assert.are.equal(0.25, tm:next_due())
-  end)
-
-  it("is 0 while a drain is suspended with due tasks left", function()
-    local tm, errors = collecting()
-    local log = {}
-    tm:timeout(0, yielder(log, "a"))
-    tm:timeout(0, appender(log, "b"))
-    tm:timeout(3, noop)
-    local co = start(function() return tm:poll() end)
-    if YIELDS then
-      assert.are.equal(0, tm:next_due())                 -- b
-      resume(co)
-    else
-      assert_yield_errors(errors, 1)
-    end
-    assert.are.equal("dead", coroutine.status(co))
-    assert.are.equal(3, tm:next_due())
-  end)
-
-  it("on the real clock: within a tick above the delay, and 0 once due", function()
-    local tm = hwt.new({ tick = 0.01 })
-    tm:timeout(0.2, noop)
-    local d = tm:next_due()
-    assert.is_true(d > 0.1 and d <= 0.2 + 0.01 + 1e-9, tostring(d))
-    support.sleep(0.25)
-    assert.are.equal(0, tm:next_due())
-    assert.are.equal(1, tm:poll())
-    assert.is_nil(tm:next_due())
-    tm:stop()
-  end)
-
-  it("with a shared engine, one timer's value ignores another timer's earlier timeouts", function()
-    local a, b = hwt.new(), hwt.new()
-    assert.is_true(a:stats().shared and b:stats().shared)
-    a:timeout(10, noop)
-    b:timeout(0.02, noop)
-    local da, db = a:next_due(), b:next_due()
-    assert.is_true(da > 9 and da <= 10.01 + 1e-9, tostring(da))
-    assert.is_true(db >= 0 and db <= 0.03 + 1e-9, tostring(db))
-    support.sleep(0.06)                                  -- b's is due, not polled
-    assert.are.equal(0, b:next_due())
-    da = a:next_due()
-    assert.is_true(da > 9 and da < 10, tostring(da))
-    local c = hwt.new()
-    assert.is_nil(c:next_due())                          -- nothing of its own
-    a:stop()
-    b:stop()
-    c:stop()
-  end)
-end)
-
--- ---- timer:on_earlier() -------------------------------------------------------------
-
-describe("timer:on_earlier()", function()
-  local function watched(opts)
-    local tm, errors = collecting(opts)
-    local heard = {}
-    tm:on_earlier(function(seconds) heard[#heard + 1] = seconds end)
-    return tm, heard, errors
-  end
-
-  it("hears, synchronously, of a timeout earlier than the last reported, not of a later one", function()
-    local tm, heard = watched()
-    tm:timeout(1, noop)
-    assert.are.same({ 1 }, heard)                         -- baseline "never": any arming is earlier
-    tm:timeout(2, noop)
-    assert.are.same({ 1 }, heard)
-    tm:timeout(0.5, noop)
-    assert.are.same({ 1, 0.5 }, heard)
-    tm:timeout(0.5, noop)                                 -- not earlier: the same
-    tm:timeout(math.huge, noop)
-    assert.are.same({ 1, 0.5 }, heard)
-    tm:timeout(0, noop)
-    assert.are.same({ 1, 0.5, 0 }, heard)
-  end)
-
-  it("compares with what next_due() last returned", function()
-    local tm, heard = watched()
-    local t = tm:timeout(1, noop)
-    tm:timeout(3, noop)
-    heard[1] = nil
-    t:cancel()
-    assert.are.equal(3, tm:next_due())
-    tm:timeout(2, noop)
-    assert.are.same({ 2 }, heard)
-    assert.are.equal(2, tm:next_due())
-    tm:timeout(2.5, noop)
-    assert.are.same({ 2 }, heard)
-    tm:advance(1)                                        -- next_due is now 1
-    tm:timeout(0.5, noop)
-    assert.are.same({ 2, 0.5 }, heard)
-  end)
-
-  it("on_earlier(fn) resets the baseline to never; next_due() sets it again", function()
-    local tm = support.manual()
-    tm:timeout(1, noop)
-    assert.are.equal(1, tm:next_due())
-    local heard = {}
-    tm:on_earlier(function(s) heard[#heard + 1] = s end)
-    tm:timeout(2, noop)
-    assert.are.same({ 2 }, heard)
-    assert.are.equal(1, tm:next_due())
-    tm:timeout(1.5, noop)
-    assert.are.same({ 2 }, heard)
-  end)
-
-  it("hears of a delay-0 timeout with 0; not of one due no earlier than the time last read", function()
-    local tm, heard = watched()
-    tm:timeout(1, function() tm:timeout(0, noop) end)
-    assert.are.same({ 1 }, heard)
-    tm:timeout(5, noop)
-    assert.are.equal(1, tm:next_due())             -- the host wakes at 1
-    assert.are.equal(1, tm:advance(1))             -- its wake: the task's delay-0 timeout
-    assert.are.same({ 1 }, heard)                  -- is due at 1, not earlier: not told
-    assert.are.equal(0, tm:next_due())             -- the host reads again after its poll
-    tm:advance(0.5)
-    tm:timeout(0.25, noop)
-    assert.are.same({ 1 }, heard)                  -- 1.75 is not earlier than 1 (due)
-    local tm2, heard2 = watched()
-    tm2:timeout(0, noop)
-    assert.are.same({ 0 }, heard2)
-  end)
-
-  it("does not hear a second time of a delay-0 timeout when next_due() already read 0", function()
-    local tm, heard = watched()
-    tm:advance(1)
-    tm:timeout(0, noop)
-    assert.are.same({ 0 }, heard)
-    assert.are.equal(0, tm:next_due())
-    tm:timeout(0, noop)                                  -- next_due() stays 0: not earlier
-    assert.are.same({ 0 }, heard)
-  end)
-
-  it("hears of a periodic's re-arm when it is earlier than what was last read", function()
-    local tm, heard = watched()
-    local read
-    tm:every(1, function() read = tm:next_due() end)
-    tm:timeout(5, noop)
-    assert.are.same({ 1 }, heard)
-    assert.are.equal(1, tm:next_due())
-    assert.are.equal(1, tm:advance(1))
-    assert.are.equal(4, read)                            -- read during the run: the one at 5
-    assert.are.same({ 1, 1 }, heard)                     -- the re-arm at 2 is earlier than 5
-    assert.are.equal(1, tm:next_due())
-  end)
-
-  it("does not hear of a periodic's re-arm that is later than what was last read", function()
-    local tm, heard = watched()
-    tm:every(1, noop)
-    tm:timeout(5, noop)
-    assert.are.equal(1, tm:next_due())
-    assert.are.equal(1, tm:advance(1))                   -- re-armed at 2: later than 1
-    assert.are.same({ 1 }, heard)
-  end)
-
-  it("hears with 0 of a hand-off given back (spawn raised, or fn collected)", function()
-    local tm, heard = watched()
-    tm:timeout(0, noop)
-    heard[1] = nil
-    local read
-    local ok = pcall(tm.poll, tm, nil, function()
-      read = tm:next_due()                               -- handed: nothing due, nothing armed
-      error("no room")
-    end)
-    assert.is_false(ok)
-    assert.is_nil(read)
-    assert.are.same({ 0 }, heard)
-    heard[1] = nil
-    collectgarbage("stop")                               -- no give-back before the read below
-    tm:poll(nil, function() end)
-    assert.is_nil(tm:next_due())
-    collectgarbage("restart")
-    collectgarbage("collect")
-    collectgarbage("collect")
-    assert.are.same({ 0 }, heard)
-    assert.are.equal(0, tm:next_due())
-    assert.are.equal(1, tm:poll())
-  end)
-
-  it("is not called after on_earlier(nil); a new fn replaces the old", function()
-    local tm, heard = watched()
-    tm:on_earlier(nil)
-    tm:timeout(1, noop)
-    assert.are.same({}, heard)
-    local other = {}
-    tm:on_earlier(function(s) other[#other + 1] = s end)
-    tm:on_earlier(function(s) heard[#heard + 1] = s end)
-    tm:timeout(0.5, noop)
-    assert.are.same({ 0.5 }, heard)
-    assert.are.same({}, other)
-    local callable_heard
-    tm:on_earlier(setmetatable({}, { __call = function(_, s) callable_heard = s end }))
-    tm:timeout(0.25, noop)
-    assert.are.equal(0.25, callable_heard)
-  end)
-
-  it("does not hear of another timer's timeouts on a shared engine", function()
-    local a, b = hwt.new(), hwt.new()
-    assert.is_true(a:stats().shared and b:stats().shared)
-    local heard = {}
-    a:on_earlier(function(s) heard[#heard + 1] = s end)
-    a:timeout(10, noop)
-    assert.are.equal(1, #heard)
-    assert.is_true(heard[1] > 9 and heard[1] <= 10.01 + 1e-9, tostring(heard[1]))
-    b:timeout(0, noop)
-    b:timeout(0.5, noop)
-    assert.are.equal(1, #heard)
-    a:stop()
-    b:stop()
-  end)
-
-  it("errors in fn go to on_error (with no Timeout); the timeout is scheduled all the same", function()
-    local tm, errors = collecting()
-    local oops = {}
-    tm:on_earlier(function() error(oops) end)
-    local ran = false
-    local t = tm:timeout(1, function() ran = true end)
-    assert.are.equal("userdata", type(t))
-    assert.are.equal(1, #errors)
-    assert.is_true(rawequal(oops, errors[1].err))
-    assert.is_nil(errors[1].timeout)
-    assert.are.equal(1, tm:pending())
-    assert.are.equal(1, tm:advance(1))
-    assert.is_true(ran)
-  end)
-
-  it("a bad argument raises \"bad argument #1 to 'on_earlier' (function or nil expected)\"", function()
-    local tm = support.manual()
-    for _, bad in ipairs({ 42, "f", {}, true }) do
-      local ok, err = pcall(function() tm:on_earlier(bad) end)
-      assert.is_false(ok)
-      assert.matches("bad argument #1 to 'on_earlier' (function or nil expected)", tostring(err), 1, true)
-    end
-  end)
-end)
-
-describe("functions that refer to their timer", function()
-  it("an on_error and an on_earlier that refer to the timer do not keep it alive", function()
-    local weak = setmetatable({}, { __mode = "v" })
-    do
-      local timer
-      timer = hwt.new({ on_error = function() return timer end })
-      timer:on_earlier(function() return timer end)
-      timer:timeout(3600, function() end)
-      weak.timer = timer
-    end
-    for _ = 1, 4 do collectgarbage("collect") end
-    assert.is_nil(weak.timer)
-  end)
-end)
-
-describe("t:reset() across drains and yields", function()
-  it("a one-shot that resets itself and yields is taken again by another drain; both runs end cleanly", function()
-    if not YIELDS then return end
-    local timer, errors = collecting()
-    local log, runs = {}, 0
-    local t = timer:timeout(1, function(self)
-      runs = runs + 1
-      local run = runs == 1 and "first" or "second"
-      log[#log + 1] = run
-      assert.is_true(self:reset(1))
-      coroutine.yield(run)
-      log[#log + 1] = run .. " resumed"
-    end)
-    local co_a, got_a = start(function() return timer:advance(1) end)
-    assert.are.same({ true, "first" }, first(got_a, 2))
-    assert.are.equal(1, timer:pending())
-    local co_b, got_b = start(function() return timer:advance(1) end)
-    assert.are.same({ true, "second" }, first(got_b, 2))
-    assert.are.same({ true, 1 }, first(resume(co_a), 2))   -- A's run ends: t stays armed
-    assert.are.equal(1, timer:pending())
-    assert.is_false(t:is_expired())
-    assert.are.same({ true, 1 }, first(resume(co_b), 2))
-    assert.are.same({ "first", "second", "first resumed", "second resumed" }, log)
-    assert.are.equal(1, timer:pending())                             -- the second reset holds
-    assert.are.equal(timer:now() + 1, t:deadline())
-    assert.is_true(t:cancel())
-    collectgarbage()
-    assert.are.same({}, timer:timeouts())
-    assert.are.equal(0, #errors)
-  end)
-
-  it("a reset while its task is suspended re-arms it; the run, resumed, does not end it", function()
-    if not YIELDS then return end
-    local timer = collecting()
-    local runs = 0
-    local t = timer:timeout(1, function()
-      runs = runs + 1
-      if runs == 1 then coroutine.yield() end
-    end)
-    local co = start(function() return timer:advance(1) end)
-    assert.are.equal(0, timer:pending())
-    assert.is_true(t:reset(2))                     -- from outside, mid-run
-    assert.are.equal(1, timer:pending())
-    resume(co)
-    assert.are.equal(1, timer:pending())
-    assert.are.same({ t }, timer:timeouts())
-    assert.are.equal(1, timer:advance(2))
-    assert.are.equal(2, runs)
-    assert.are.equal(0, timer:pending())
-  end)
-
-  it("a cancel after such a reset releases the timeout once no drain holds it", function()
-    if not YIELDS then return end
-    local timer = collecting()
-    local collected = setmetatable({}, { __mode = "k" })
-    local co
-    do
-      local t = timer:timeout(1, function() coroutine.yield() end)
-      collected[t] = true
-      co = start(function() return timer:advance(1) end)
-      assert.is_true(t:reset(5))
-      assert.is_true(t:cancel())
-    end
-    collectgarbage(); collectgarbage()
-    assert.is_not_nil(next(collected))              -- the suspended drain still holds it
-    resume(co)
-    co = nil
-    collectgarbage(); collectgarbage()
-    assert.is_nil(next(collected))
-    assert.are.equal(0, timer:pending())
-  end)
-
-  it("a reset of a timeout handed to spawn voids the hand-off; it runs at its new deadline", function()
-    local timer = collecting()
-    local fns, ran = {}, 0
-    local t = timer:timeout(0, function() ran = ran + 1 end)
-    assert.are.equal(1, timer:poll(nil, function(fn) fns[#fns + 1] = fn end))
-    assert.is_true(t:reset(1))
-    assert.are.equal(1, timer:pending())
-    fns[1]()
-    assert.are.equal(0, ran)
-    assert.is_false(t:is_expired())
-    assert.are.equal(0, timer:advance(0.999))
-    assert.are.equal(1, timer:advance(0.001))
-    assert.are.equal(1, ran)
-    assert.are.equal(0, timer:pending())
-  end)
-
-  it("on_earlier hears of a reset that makes the next deadline earlier", function()
-    local timer = collecting()
-    local heard = {}
-    local t = timer:timeout(10, noop)
-    timer:timeout(5, noop)
-    timer:on_earlier(function(seconds) heard[#heard + 1] = seconds end)
-    assert.are.equal(5, timer:next_due())
-    assert.is_true(t:reset(8))
-    assert.are.same({}, heard)
-    assert.is_true(t:reset(2))
-    assert.are.same({ 2 }, heard)
   end)
 end)

@@ -1,37 +1,416 @@
--- v02_retry_spec.lua: black-box specs of the hwt 0.2 additions to hwt.retry
--- (/work/shared/API.md, "Additions in hwt 0.2" / "hwt.retry"):
---   * fn may be any callable; it is called as fn(attempt, handle);
---   * opts.on_retry(err, attempt, wait) before each wait;
---   * retries = math.huge; wait = min(b * (1 +- jitter), max_delay) with
---     b = min(delay * backoff^(k-1), max_delay);
---   * without on_give_up the last error goes to on_error (or stderr);
---   * a stop gives the retry up: on_give_up("timer is stopped") once, by
---     stop(), handle.done, handle:cancel() false.
--- Timings are checked exactly on the manual clock with timer:run_for(), which
--- runs every call of fn with timer:now() at its own deadline (the use case:
--- testing a user's retry logic).
+-- retry_spec.lua: hwt.retry(timer, fn [, opts]): fn is called at once, then
+-- again after each failure (a raised error, or nil/false and an error) with
+-- waits min(b * (1 +- jitter), max_delay), b = min(delay * backoff^(k-1),
+-- max_delay), until it succeeds or `retries` are used up; fn may be any
+-- callable, called as fn(attempt, handle), and may yield; opts.on_retry,
+-- on_success, on_give_up (without it the last error goes to on_error, or
+-- stderr); handle:cancel(); a stop gives a retry up, once, before stop()
+-- returns, whatever the moment it comes at; bad arguments and options.
+-- Waits are checked exactly on the manual clock with timer:run_for(), which
+-- runs every call of fn with timer:now() at its own deadline.
 local hwt = require("hwt")
 local compat = require("compat")
 local support = require("support")
 
-local function manual(opts)
-  local o = {}
-  for k, v in pairs(opts or {}) do o[k] = v end
-  o.clock = "manual"
-  return hwt.new(o)
+local pack, EPS, LATE, noop = compat.pack, support.EPS, support.LATE, support.noop
+local manual, show, error_of = support.manual, support.show, support.error_of
+local assert_raises, assert_error = support.assert_raises, support.assert_error
+local has_text, close_to, wrong_values = support.has_text, support.close_to, support.wrong_values
+
+-- opts (default: a delay of 1 s) whose on_give_up and on_success write
+-- "give up <err>" and "success <value>" to log.
+local function logged(log, opts)
+  opts = opts or {}
+  opts.delay = opts.delay or 1
+  opts.on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end
+  opts.on_success = function(v) log[#log + 1] = "success " .. tostring(v) end
+  return opts
 end
 
-local function close_to(expected, actual, tolerance)
-  return type(actual) == "number" and math.abs(expected - actual) <= (tolerance or 1e-9)
-end
+describe("hwt.retry()", function()
+  it("calls fn before returning; on success on_success gets all of fn's results", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, got = {}, nil
+    local gave_up = false
+    local h = hwt.retry(t, function(attempt)
+      calls[#calls + 1] = attempt
+      return 1, nil, "three"
+    end, {
+      on_success = function(...) got = compat.pack(...) end,
+      on_give_up = function() gave_up = true end,
+    })
+    assert.same({ 1 }, calls)                 -- already called
+    assert.is_table(got)
+    assert.equals(3, got.n)
+    assert.equals(1, got[1])
+    assert.is_nil(got[2])
+    assert.equals("three", got[3])
+    assert.equals(1, h.attempts)
+    assert.equals(0, t:pending())
+    assert.is_false(gave_up)
+    t:advance(100)
+    assert.same({ 1 }, calls)
+    assert.is_false(h:cancel())               -- nothing left to cancel
+  end)
 
-local function contains(s, substring)
-  return type(s) == "string" and s:find(substring, 1, true) ~= nil
-end
+  it("succeeds after failures (raised errors and nil/false returns)", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls = {}
+    local success, gave_up = nil, false
+    local h = hwt.retry(t, function(attempt)
+      calls[#calls + 1] = attempt
+      if attempt == 1 then error({ code = 1 }) end
+      if attempt == 2 then return nil, "e2" end
+      if attempt == 3 then return false, "e3" end
+      return "ok", "extra"
+    end, {
+      on_success = function(...) success = { ... } end,
+      on_give_up = function() gave_up = true end,
+    })                                         -- defaults: delay 1, backoff 2
+    assert.same({ 1 }, calls)
+    assert.equals(1, t:pending())
+    t:advance(1)
+    assert.same({ 1, 2 }, calls)
+    t:advance(2)
+    assert.same({ 1, 2, 3 }, calls)
+    assert.is_nil(success)
+    t:advance(4)
+    assert.same({ 1, 2, 3, 4 }, calls)
+    assert.same({ "ok", "extra" }, success)
+    assert.is_false(gave_up)
+    assert.equals(4, h.attempts)
+    assert.equals(0, t:pending())
+    t:advance(100)
+    assert.equals(4, #calls)
+  end)
 
--- ---- fn: any callable, called as fn(attempt, handle) ------------------------------
+  it("gives up after retries + 1 raised errors, passing the last error to on_give_up", function()
+    local t = hwt.new({ clock = "manual" })
+    local errs, gave = {}, {}
+    local h = hwt.retry(t, function(attempt)
+      local e = { attempt = attempt }
+      errs[attempt] = e
+      error(e)
+    end, {
+      retries = 2, delay = 0.5,
+      on_give_up = function(...) gave[#gave + 1] = compat.pack(...) end,
+    })
+    t:advance(0.5)
+    t:advance(1)
+    assert.equals(3, h.attempts)
+    assert.equals(1, #gave)
+    assert.is_true(rawequal(errs[3], gave[1][1]))
+    assert.equals(0, t:pending())
+    t:advance(100)
+    assert.equals(3, h.attempts)
+    assert.equals(1, #gave)
+    assert.is_false(h:cancel())
+  end)
 
-describe("hwt.retry 0.2: fn", function()
+  it("gives up after retries + 1 nil, err returns with on_give_up(err)", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, gave = 0, {}
+    local h = hwt.retry(t, function(attempt)
+      calls = calls + 1
+      return nil, "bad " .. attempt
+    end, { retries = 3, delay = 1, backoff = 1, on_give_up = function(e) gave[#gave + 1] = e end })
+    for _ = 1, 10 do t:advance(1) end
+    assert.equals(4, calls)
+    assert.equals(4, h.attempts)
+    assert.same({ "bad 4" }, gave)
+    -- a raised string error arrives as it was raised
+    local gave2
+    hwt.retry(t, function() error("plain", 0) end,
+      { retries = 1, delay = 1, on_give_up = function(e) gave2 = e end })
+    t:advance(1)
+    assert.equals("plain", gave2)
+  end)
+
+  it("with retries = 0 calls fn once and gives up before returning", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, gave = 0, nil
+    local h = hwt.retry(t, function() calls = calls + 1; return false, "no" end,
+      { retries = 0, on_give_up = function(e) gave = e end })
+    assert.equals(1, calls)
+    assert.equals("no", gave)
+    assert.equals(1, h.attempts)
+    assert.equals(0, t:pending())
+  end)
+
+  it("waits min(delay * backoff^(k-1), max_delay) before retry k (manual clock)", function()
+    local t = hwt.new({ clock = "manual", tick = 0.01 })
+    local times, gave = {}, nil
+    local h = hwt.retry(t, function(attempt)
+      times[#times + 1] = t:now()
+      error("fail " .. attempt, 0)
+    end, { retries = 5, delay = 1, backoff = 2, max_delay = 5, on_give_up = function(e) gave = e end })
+    assert.equals(1, #times)
+    local waits = { 1, 2, 4, 5, 5 }
+    for k, wait in ipairs(waits) do
+      t:advance(wait - 0.01)
+      assert.equals(k, #times, ("retry %d came before its wait of %g s"):format(k, wait))
+      t:advance(0.01)
+      assert.equals(k + 1, #times, ("retry %d did not come after %g s"):format(k, wait))
+    end
+    local expected = { 0, 1, 3, 7, 12, 17 }
+    for i, at in ipairs(expected) do
+      assert.is_true(close_to(at, times[i], 1e-6), ("call %d at %s, expected %g"):format(i, times[i], at))
+    end
+    assert.equals("fail 6", gave)
+    assert.equals(6, h.attempts)
+    t:advance(1000)
+    assert.equals(6, #times)
+  end)
+
+  it("applies jitter as a fraction of the wait, with the given random function", function()
+    local t = hwt.new({ clock = "manual", tick = 0.001 })
+    local values, used = { 0, 0.75, 0.5 }, 0
+    local times = {}
+    hwt.retry(t, function() times[#times + 1] = t:now(); return nil end, {
+      retries = 3, delay = 1, backoff = 1, jitter = 0.5,
+      random = function() used = used + 1; return values[used] end,
+    })
+    -- waits 1 * (1 + 0.5 * (2r - 1)): 0.5, 1.25, 1.0
+    for k, wait in ipairs({ 0.5, 1.25, 1.0 }) do
+      t:advance(wait - 0.001)
+      assert.equals(k, #times)
+      t:advance(0.001)
+      assert.equals(k + 1, #times)
+    end
+    assert.equals(3, used)
+    for i, at in ipairs({ 0, 0.5, 1.75, 2.75 }) do
+      assert.is_true(close_to(at, times[i], 1e-6), ("call %d at %s, expected %g"):format(i, times[i], at))
+    end
+  end)
+
+  it("keeps jittered waits within [w * (1 - jitter), w * (1 + jitter)], capped at max_delay", function()
+    local tick = 0.001
+    local t = hwt.new({ clock = "manual", tick = tick })
+    local seed = 12345
+    local draws = {}
+    local function lcg()
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      local r = seed / 2147483648
+      draws[#draws + 1] = r
+      return r
+    end
+    local times = {}
+    local retries, delay, jitter = 20, 0.4, 0.25
+    hwt.retry(t, function() times[#times + 1] = t:now(); error("x") end,
+      { retries = retries, delay = delay, backoff = 1.1, max_delay = 0.6, jitter = jitter, random = lcg })
+    local steps = 0
+    while #times < retries + 1 and steps < 100000 do
+      t:advance(tick)
+      steps = steps + 1
+    end
+    assert.equals(retries + 1, #times)
+    assert.equals(retries, #draws)
+    for k = 1, retries do
+      local base = math.min(delay * 1.1 ^ (k - 1), 0.6)
+      local wait = times[k + 1] - times[k]
+      local exact = math.min(base * (1 + jitter * (2 * draws[k] - 1)), 0.6)
+      assert.is_true(wait >= base * (1 - jitter) - 1e-6 and wait <= math.min(base * (1 + jitter), 0.6) + tick + 1e-6,
+        ("retry %d waited %g, base %g"):format(k, wait, base))
+      assert.is_true(wait >= exact - 1e-6 and wait <= exact + tick + 1e-6,
+        ("retry %d waited %g, expected %g"):format(k, wait, exact))
+    end
+  end)
+
+  it("handle:cancel() stops further tries and does not call on_give_up", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, gave = 0, false
+    local h = hwt.retry(t, function() calls = calls + 1; return nil, "no" end,
+      { retries = 5, delay = 1, on_give_up = function() gave = true end })
+    assert.equals(1, calls)
+    assert.equals(1, t:pending())
+    assert.is_true(h:cancel())
+    assert.equals(0, t:pending())
+    t:advance(1000)
+    assert.equals(1, calls)
+    assert.equals(1, h.attempts)
+    assert.is_false(gave)
+    assert.is_false(h:cancel())
+  end)
+
+  it("handle:cancel() from inside fn stops further tries", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, gave, cancelled = 0, false, nil
+    local h
+    h = hwt.retry(t, function(attempt)
+      calls = calls + 1
+      if attempt == 2 then cancelled = h:cancel() end
+      return nil, "no"
+    end, { retries = 5, delay = 1, on_give_up = function() gave = true end })
+    t:advance(1)
+    assert.equals(2, calls)
+    assert.is_true(cancelled)
+    t:advance(1000)
+    assert.equals(2, calls)
+    assert.is_false(gave)
+    assert.equals(0, t:pending())
+  end)
+
+  it("handle:cancel() from inside fn on the last try does not call on_give_up", function()
+    local t = hwt.new({ clock = "manual" })
+    local calls, gave = 0, false
+    local h
+    h = hwt.retry(t, function(attempt)
+      calls = calls + 1
+      if attempt == 2 then h:cancel() end
+      return nil, "no"
+    end, { retries = 1, delay = 1, on_give_up = function() gave = true end })
+    t:advance(1)
+    assert.equals(2, calls)
+    assert.is_false(gave, "on_give_up was called after handle:cancel()")
+  end)
+
+  it("fn may yield; a stop while fn is suspended gives the retry up, and its late result does not count", function()
+    local tm = hwt.new({ clock = "manual" })
+    local log = {}
+    local h = hwt.retry(tm, function(attempt)
+      if attempt == 1 then return nil, "down" end
+      coroutine.yield("connecting")            -- a cosocket connect, say
+      return "connected"
+    end, {
+      delay = 1,
+      on_give_up = function(err) log[#log + 1] = "gave up: " .. tostring(err) end,
+      on_success = function(v) log[#log + 1] = "success: " .. tostring(v) end,
+    })
+    local co = coroutine.create(function() return tm:advance(1) end)
+    local ok, yielded = coroutine.resume(co)   -- the retry task calls fn, which yields
+    assert.is_true(ok)
+    if not compat.tasks_yield then             -- PUC 5.1: the yield is fn's error
+      assert.are.equal(2, h.attempts)
+      assert.are.equal("dead", coroutine.status(co))
+      tm:stop()
+      assert.are.same({ "gave up: timer is stopped" }, log)
+      return
+    end
+    assert.are.equal("connecting", yielded)
+    assert.are.equal(2, h.attempts)
+    assert.is_false(h.done)
+    tm:stop()                                  -- from outside fn's coroutine
+    assert.is_true(h.done)
+    assert.are.same({ "gave up: timer is stopped" }, log)
+    assert.is_true((coroutine.resume(co)))     -- fn returns "connected", too late
+    assert.are.same({ "gave up: timer is stopped" }, log)
+    assert.is_false(h:cancel())
+  end)
+
+  it("a retry cancelled while its fn is suspended does not give up when the timer stops", function()
+    local tm = hwt.new({ clock = "manual" })
+    local gave_up = 0
+    local h = hwt.retry(tm, function(attempt)
+      if attempt == 1 then return nil, "down" end
+      coroutine.yield()
+      return true
+    end, { delay = 1, on_give_up = function() gave_up = gave_up + 1 end })
+    local co = coroutine.create(function() return tm:advance(1) end)
+    assert.is_true((coroutine.resume(co)))
+    if compat.tasks_yield then
+      assert.is_true(h:cancel())               -- fn still suspended
+      tm:stop()
+      assert.are.equal(0, gave_up)
+      assert.is_true((coroutine.resume(co)))
+      assert.are.equal(0, gave_up)
+    else
+      tm:stop()                                -- PUC 5.1: the yield failed; waiting
+      assert.are.equal(1, gave_up)
+    end
+  end)
+
+  it("fn that yields and then succeeds reconnects for real (a poll from a coroutine)", function()
+    local tm = hwt.new({ clock = "manual" })
+    local up, got = false, nil
+    local h = hwt.retry(tm, function()
+      if not up then return nil, "refused" end
+      coroutine.yield()                        -- the connect in flight
+      return "conn"
+    end, { delay = 1, on_success = function(conn) got = conn end })
+    up = true
+    local co = coroutine.create(function() return tm:advance(1) end)
+    assert.is_true((coroutine.resume(co)))
+    if compat.tasks_yield then
+      assert.is_nil(got)
+      assert.are.same({ true, 1 }, { coroutine.resume(co) })
+      assert.are.equal("conn", got)
+    else
+      assert.is_nil(got)                       -- PUC 5.1: yield refused, retried later
+      assert.are.equal(2, h.attempts)
+    end
+    tm:stop()
+  end)
+
+  it("gives up with the timer's refusal when the timer is full", function()
+    local t = hwt.new({ clock = "manual", max_pending = 1 })
+    t:timeout(100, noop)
+    local gave
+    local h = hwt.retry(t, function() return nil, "no" end,
+      { retries = 3, on_give_up = function(e) gave = e end })
+    assert.equals(1, h.attempts)
+    assert.matches("too many pending", gave)
+  end)
+
+  it("works on the real clock", function()
+    local t = hwt.new({ tick = 0.001 })
+    local calls, result = 0, nil
+    local t0 = hwt.now()
+    hwt.retry(t, function(attempt)
+      calls = calls + 1
+      if attempt < 3 then return nil, "not yet" end
+      return "done"
+    end, { delay = 0.01, backoff = 2, on_success = function(r) result = r end })
+    assert.equals(2, t:run())
+    local elapsed = hwt.now() - t0
+    assert.equals(3, calls)
+    assert.equals("done", result)
+    assert.is_true(elapsed >= 0.03 - EPS and elapsed <= 0.03 + LATE, "took " .. elapsed)
+    t:stop()
+  end)
+
+  it("validates its arguments and options before calling fn", function()
+    local t = hwt.new({ clock = "manual" })
+    local called = false
+    local function fn() called = true; return true end
+    local function try(opts) return hwt.retry(t, fn, opts) end
+    local err = assert_raises("unknown option", try, { retry = 3 })
+    assert.matches("retry", err)
+    assert_raises("wheelsize", try, { wheelsize = 1 })
+    assert_raises("retries", try, { retries = "x" })
+    assert_raises("delay", try, { delay = {} })
+    assert_raises("backoff", try, { backoff = true })
+    assert_raises("max_delay", try, { max_delay = "soon" })
+    assert_raises("jitter", try, { jitter = {} })
+    assert_raises("on_give_up", try, { on_give_up = 1 })
+    assert_raises("on_success", try, { on_success = "f" })
+    assert_raises("random", try, { random = true })
+    assert_raises("jitter", try, { jitter = 1.5 })
+    assert_raises("jitter", try, { jitter = -0.1 })
+    assert_raises("jitter", try, { jitter = 0 / 0 })
+    assert_raises("retries", try, { retries = -1 })
+    assert_raises("retries", try, { retries = 1.5 })
+    assert_raises("delay", try, { delay = -1 })
+    assert_raises("backoff", try, { backoff = 0.5 })
+    assert_raises("max_delay", try, { max_delay = -1 })
+    assert_raises("Timer", hwt.retry, {}, fn)
+    assert_raises("Timer", hwt.retry, nil, fn)
+    assert_raises("function", hwt.retry, t, nil)
+    assert_raises("function", hwt.retry, t, "fn")
+    assert_raises("table", hwt.retry, t, fn, "opts")
+    assert.is_false(called)
+    assert.equals(0, t:pending())
+    -- the edges of the ranges are accepted
+    for _, opts in ipairs({ { jitter = 0 }, { jitter = 1 }, { retries = 0 }, { backoff = 1 },
+                            { delay = 0 }, { max_delay = 0 }, {} }) do
+      called = false
+      try(opts)
+      assert.is_true(called)
+    end
+    hwt.retry(t, fn)                            -- opts may be omitted
+  end)
+end)
+
+describe("hwt.retry: fn", function()
   it("may be a callable table (called with the table, then attempt and handle)", function()
     local timer = manual()
     local seen = {}
@@ -128,9 +507,7 @@ describe("hwt.retry 0.2: fn", function()
   end)
 end)
 
--- ---- on_retry ------------------------------------------------------------------------
-
-describe("hwt.retry 0.2: opts.on_retry(err, attempt, wait)", function()
+describe("hwt.retry: opts.on_retry(err, attempt, wait)", function()
   it("is called before each wait with the error, the failed attempt and the wait", function()
     local timer = manual()
     local log = {}
@@ -210,9 +587,7 @@ describe("hwt.retry 0.2: opts.on_retry(err, attempt, wait)", function()
   end)
 end)
 
--- ---- exact waits on the manual clock ----------------------------------------------------
-
-describe("hwt.retry 0.2: waits (manual clock, run_for)", function()
+describe("hwt.retry: waits (manual clock, run_for)", function()
   it("retry k waits min(delay * backoff^(k-1), max_delay) exactly; fn sees now() at each deadline", function()
     local timer = manual({ tick = 1 / 60 })
     local times, waits, gave = {}, {}, nil
@@ -305,9 +680,7 @@ describe("hwt.retry 0.2: waits (manual clock, run_for)", function()
   end)
 end)
 
--- ---- retries = math.huge ---------------------------------------------------------------
-
-describe("hwt.retry 0.2: retries = math.huge", function()
+describe("hwt.retry: retries = math.huge", function()
   it("keeps retrying: succeeds on attempt 50", function()
     local timer = manual()
     local calls, success, gave = 0, nil, false
@@ -391,9 +764,7 @@ describe("hwt.retry 0.2: retries = math.huge", function()
   end)
 end)
 
--- ---- without on_give_up: never silent -----------------------------------------------------
-
-describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", function()
+describe("hwt.retry: without on_give_up the last error goes to on_error", function()
   it("a nil, err failure: on_error gets it once, after the last retry", function()
     local errs = {}
     local timer = manual({ on_error = function(err) errs[#errs + 1] = err end })
@@ -408,7 +779,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     timer:run_for(1)
     assert.are.equal(3, calls)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "boom3"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "boom3"), tostring(errs[1]))
     timer:run_for(100)
     assert.are.equal(1, #errs)
     timer:stop()
@@ -429,7 +800,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     timer:run_for(1)
     assert.are.equal(3, calls)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "hwt_v02_undefined_global_xyz"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "hwt_v02_undefined_global_xyz"), tostring(errs[1]))
     timer:stop()
   end)
 
@@ -439,7 +810,7 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
     hwt.retry(timer, function() return nil, "only-once" end, { retries = 0 })
     timer:run_for(0)
     assert.are.equal(1, #errs)
-    assert.is_truthy(contains(tostring(errs[1]), "only-once"), tostring(errs[1]))
+    assert.is_truthy(has_text(tostring(errs[1]), "only-once"), tostring(errs[1]))
     timer:stop()
   end)
 
@@ -465,24 +836,12 @@ describe("hwt.retry 0.2: without on_give_up the last error goes to on_error", fu
       timer:run_for(5)
       io.stdout:write("finished\n")
     ]])
-    assert.is_truthy(contains(out, "finished"), "child: " .. tostring(out) .. tostring(err))
-    assert.is_truthy(contains(err, "retry-last-error-visible"), "stderr: " .. tostring(err))
+    assert.is_truthy(has_text(out, "finished"), "child: " .. tostring(out) .. tostring(err))
+    assert.is_truthy(has_text(err, "retry-last-error-visible"), "stderr: " .. tostring(err))
   end)
 end)
 
--- ---- stop() gives the retry up ------------------------------------------------------------
-
--- opts (default: a delay of 1 s) whose on_give_up and on_success write
--- "give up <err>" and "success <value>" to log.
-local function logged(log, opts)
-  opts = opts or {}
-  opts.delay = opts.delay or 1
-  opts.on_give_up = function(err) log[#log + 1] = "give up " .. tostring(err) end
-  opts.on_success = function(v) log[#log + 1] = "success " .. tostring(v) end
-  return opts
-end
-
-describe("hwt.retry 0.2: when the timer stops", function()
+describe("hwt.retry: when the timer stops", function()
   it("on_give_up('timer is stopped') is called once, by stop() before it returns", function()
     local timer = manual()
     local log = {}
@@ -742,23 +1101,96 @@ describe("hwt.retry 0.2: when the timer stops", function()
     assert.are.equal(5, #gave)
     for _, g in ipairs(gave) do assert.are.equal("timer is stopped", g[2]) end
   end)
+
+  local function failing() return nil, "down" end
+
+  it("stop() makes a waiting retry give up, once, before stop() returns", function()
+    local tm = manual()
+    local gave_up, returned = {}, false
+    local h = hwt.retry(tm, failing, { on_give_up = function(err)
+      assert.is_false(returned)
+      gave_up[#gave_up + 1] = err
+    end })
+    local list = tm:stop()
+    returned = true
+    assert.are.same({ "timer is stopped" }, gave_up)
+    assert.is_true(h.done)
+    assert.is_false(h:cancel())
+    assert.are.equal(1, #list)                       -- the retry's wait, cancelled
+    tm:stop()
+    assert.are.equal(1, #gave_up)
+  end)
+
+  it("fn stops the timer and fails: gives up with 'timer is stopped', nothing goes to on_error", function()
+    local errors, gave_up = {}, {}
+    local tm = manual({ on_error = function(err) errors[#errors + 1] = err end })
+    local h = hwt.retry(tm, function(attempt)
+      if attempt == 2 then tm:stop() end
+      return nil, "down"
+    end, { delay = 1, on_give_up = function(err) gave_up[#gave_up + 1] = err end })
+    tm:advance(1)
+    assert.are.same({ "timer is stopped" }, gave_up)
+    assert.are.same({}, errors)
+    assert.are.equal(2, h.attempts)
+    assert.is_true(h.done)
+  end)
+
+  it("fn stops the timer and then succeeds: that is a success", function()
+    local tm = manual()
+    local succeeded, gave_up = {}, 0
+    hwt.retry(tm, function() tm:stop() return "ok" end, {
+      on_success = function(v) succeeded[#succeeded + 1] = v end,
+      on_give_up = function() gave_up = gave_up + 1 end })
+    assert.are.same({ "ok" }, succeeded)
+    assert.are.equal(0, gave_up)
+  end)
+
+  it("a timer merely collected does not call on_give_up", function()
+    local gave_up = 0
+    do
+      local tm = hwt.new{ tick = 0.001 }
+      hwt.retry(tm, failing, { delay = 60, on_give_up = function() gave_up = gave_up + 1 end })
+    end
+    collectgarbage("collect")
+    collectgarbage("collect")
+    assert.are.equal(0, gave_up)
+  end)
+
+  it("an on_give_up that raises inside stop(): the error goes to on_error, the other retries are told", function()
+    local errors, told = {}, 0
+    local tm = manual({ on_error = function(err, t) errors[#errors + 1] = { err = err, t = t } end })
+    hwt.retry(tm, failing, { on_give_up = function() error("give-up-boom", 0) end })
+    hwt.retry(tm, failing, { on_give_up = function() told = told + 1 end })
+    local list = tm:stop()
+    assert.are.equal(2, #list)
+    assert.are.equal(1, told)
+    assert.are.equal(1, #errors)
+    assert.are.equal("give-up-boom", errors[1].err)
+    assert.are.equal("hwt.Timeout", getmetatable(errors[1].t))
+  end)
+
+  if compat.has_close then
+    it("a timer closed by <close> stops like stop(): the retry gives up", compat.compile([[
+    return function()
+      local gave_up = {}
+      do
+        local tm <close> = hwt.new{clock = "manual"}
+        hwt.retry(tm, function() return false end,
+                  { on_give_up = function(err) gave_up[#gave_up + 1] = err end })
+      end
+      assert.are.same({ "timer is stopped" }, gave_up)
+    end
+    ]], "@retry_spec.lua", { hwt = hwt }, _ENV))
+  end
 end)
 
--- ---- option checks for the additions --------------------------------------------------------
-
-describe("hwt.retry 0.2: options", function()
-  local function expect_error(pattern, fn, ...)
-    local ok, err = pcall(fn, ...)
-    assert.is_false(ok, "expected an error matching " .. pattern)
-    assert.is_truthy(tostring(err):find(pattern, 1, true), tostring(err))
-  end
-
+describe("hwt.retry: options", function()
   it("on_retry must be a function (the error names it)", function()
     local timer = manual()
     local called = false
     local function fn() called = true; return true end
-    expect_error("on_retry", hwt.retry, timer, fn, { on_retry = 1 })
-    expect_error("on_retry", hwt.retry, timer, fn, { on_retry = "f" })
+    assert_raises("on_retry", hwt.retry, timer, fn, { on_retry = 1 })
+    assert_raises("on_retry", hwt.retry, timer, fn, { on_retry = "f" })
     assert.is_false(called)
     hwt.retry(timer, fn, { on_retry = function() end })
     assert.is_true(called)
@@ -769,9 +1201,9 @@ describe("hwt.retry 0.2: options", function()
     local timer = manual()
     local function fn() return true end
     hwt.retry(timer, fn, { retries = math.huge })
-    expect_error("retries", hwt.retry, timer, fn, { retries = 0 / 0 })
-    expect_error("retries", hwt.retry, timer, fn, { retries = -math.huge })
-    expect_error("retries", hwt.retry, timer, fn, { retries = 2.5 })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = 0 / 0 })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = -math.huge })
+    assert_raises("retries", hwt.retry, timer, fn, { retries = 2.5 })
     timer:stop()
   end)
 
@@ -783,5 +1215,106 @@ describe("hwt.retry 0.2: options", function()
     assert.is_false(ok)
     assert.are.equal(0, timer:pending())
     timer:stop()
+  end)
+end)
+
+describe("hwt.retry with hostile arguments", function()
+  local function fails() return nil, "no" end
+
+  it("names argument #1 when it is not an hwt.Timer (a Timeout included)", function()
+    local tm = manual()
+    local t = tm:timeout(1, noop)
+    for _, case in ipairs(wrong_values({ Timeout = t })) do
+      assert_error(hwt.retry, pack(case[2], fails), "bad argument #1 to 'retry'", "hwt.Timer expected")
+    end
+    tm:stop()
+  end)
+
+  it("names argument #2 when fn is not callable", function()
+    local tm = manual()
+    local bad = pack(nil, "x", {}, 42, true, io.stdout, setmetatable({}, { __call = 42 }))
+    for i = 1, bad.n do
+      assert_error(hwt.retry, pack(tm, bad[i]), "bad argument #2 to 'retry'", "function or callable expected")
+    end
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("names argument #3 when opts is not a table", function()
+    local tm = manual()
+    for _, v in ipairs({ "x", 42, true, print, io.stdout }) do
+      assert_error(hwt.retry, pack(tm, fails, v), "bad argument #3 to 'retry'", "table expected")
+    end
+    tm:stop()
+  end)
+
+  it("names the option for unknown keys and bad values", function()
+    local tm = manual()
+    local cases = {
+      { "retires", 3 }, { "retries", -1 }, { "retries", 1.5 }, { "retries", 0 / 0 },
+      { "retries", -math.huge }, { "retries", true }, { "delay", -1 }, { "delay", 0 / 0 },
+      { "delay", -math.huge }, { "delay", {} }, { "backoff", 0.5 }, { "backoff", 0 }, { "backoff", -1 },
+      { "backoff", 0 / 0 }, { "max_delay", -1 }, { "max_delay", 0 / 0 }, { "jitter", -0.1 },
+      { "jitter", 1.5 }, { "jitter", 0 / 0 }, { "jitter", math.huge }, { "on_give_up", 42 },
+      { "on_success", "x" }, { "random", 1 },
+    }
+    local calls = 0
+    for _, case in ipairs(cases) do
+      local message = error_of(hwt.retry, tm, function() calls = calls + 1 end, { [case[1]] = case[2] })
+      assert(message:find(case[1], 1, true), ("%s = %s: %s"):format(case[1], show(case[2]), message))
+      assert(message:find("retry", 1, true), message)
+    end
+    assert.are.equal(0, calls)                   -- refused before the first call
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("numeric-string options: used as numbers, or refused naming the option", function()
+    local tm = manual()
+    for _, key in ipairs({ "retries", "delay", "backoff", "max_delay", "jitter" }) do
+      local ok, err = pcall(hwt.retry, tm, fails, { [key] = "1" })
+      assert(ok or tostring(err):find(key, 1, true), tostring(err))
+    end
+    tm:stop()
+  end)
+
+  it("delay = math.huge is capped by max_delay; 1e308 with max_delay = math.huge clamps, never fires", function()
+    local tm = manual()
+    local h = hwt.retry(tm, fails, { delay = math.huge, retries = 1 })
+    assert.are.equal(1, h.attempts)
+    assert.are.equal(1, tm:pending())
+    tm:advance(60)
+    assert.are.equal(2, h.attempts)
+    local h2 = hwt.retry(tm, fails, { delay = 1e308, max_delay = math.huge, retries = 1 })
+    for _ = 1, 3 do tm:advance(1e9) end
+    assert.are.equal(1, h2.attempts)
+    assert.is_true(h2:cancel())
+    assert.is_false(h2:cancel())
+    assert.are.equal(0, tm:pending())
+    tm:stop()
+  end)
+
+  it("never stalls silently: with delay = 0 and backoff = math.huge it keeps trying, then gives up", function()
+    local errors, gave_up = {}, {}
+    local tm = manual({ on_error = function(err) errors[#errors + 1] = tostring(err) end })
+    local h = hwt.retry(tm, fails, { delay = 0, backoff = math.huge, retries = 3,
+                                     on_give_up = function(err) gave_up[#gave_up + 1] = err end })
+    for _ = 1, 10 do tm:advance(100) end
+    assert.are.same({}, errors)
+    assert.are.equal(4, h.attempts)
+    assert.are.same({ "no" }, gave_up)
+    tm:stop()
+  end)
+
+  it("a retry on a stopped timer makes its first call, then gives up with 'timer is stopped'", function()
+    local tm = manual()
+    tm:stop()
+    local calls, gave_up = 0, {}
+    local h = hwt.retry(tm, function() calls = calls + 1 return false end,
+                        { on_give_up = function(err) gave_up[#gave_up + 1] = err end })
+    assert.are.equal(1, calls)
+    assert.are.same({ "timer is stopped" }, gave_up)
+    assert.is_true(h.done)
+    assert.is_false(h:cancel())
   end)
 end)

@@ -1,15 +1,18 @@
--- ordering_spec.lua: a randomized differential test on the manual clock.
--- A few thousand random operations (timeouts with delays of every kind,
--- periodic timeouts, cancels, advances, polls with a limit, tasks that spawn,
--- cancel or raise) run against hwt and against a plain reference model, a
--- list ordered by (deadline, sequence number). After every step the spec
--- compares which tasks ran and in what order, the return values, pending(),
--- timeouts(), stats().due / fired / cancelled, the clock, and a sample of the
--- timeouts' states and deadlines; at the end, stop() and "nothing lost".
--- Timeouts are also reset(), from outside and by tasks (their own or
--- another), in every state.
+-- order_spec.lua: the order tasks run in: by exact deadline (never by tick),
+-- equal deadlines in scheduling order, across ticks, advances and polls, on
+-- both clocks; and a randomized differential test on the manual clock.
 --
--- The model follows /work/shared/API.md and the agreed details:
+-- The differential test: a few thousand random operations (timeouts with
+-- delays of every kind, periodic timeouts, cancels, advances, polls with a
+-- limit, tasks that spawn, cancel or raise) run against hwt and against a
+-- plain reference model, a list ordered by (deadline, sequence number). After
+-- every step the spec compares which tasks ran and in what order, the return
+-- values, pending(), timeouts(), stats().due / fired / cancelled, the clock,
+-- and a sample of the timeouts' states and deadlines; at the end, stop() and
+-- "nothing lost". Timeouts are also reset(), from outside and by tasks (their
+-- own or another), in every state.
+--
+-- The model follows doc/api.md:
 --  * seconds -> ns rounded to the nearest, delays clamped to 2^62 ns,
 --    math.huge = never;
 --  * a timeout is due when now >= its deadline: the manual clock's deadlines
@@ -30,6 +33,10 @@
 -- the clamped deadlines (2^62 ns) are kept as (base, 2^62) for exactness.
 local hwt = require("hwt")
 local compat = require("compat")
+local support = require("support")
+
+local unpack, EPS, LATE, manual = compat.unpack, support.EPS, support.LATE, support.manual
+local logger = support.logger
 local idiv, imod = compat.idiv, compat.imod
 
 local NEVER = math.huge
@@ -61,7 +68,6 @@ local function to_ns(seconds)
   if x >= MAX_DELAY_NS + 0.0 then return MAX_DELAY_NS end
   return math.floor(x)
 end
-
 
 -- luassert is slow for ~100k checks: compare in plain Lua and hand over to
 -- luassert only on a mismatch, so that the failure is reported as usual.
@@ -593,6 +599,163 @@ local function run_scenario(cfg)
   return counted
 end
 
+describe("order", function()
+  it("runs by exact deadline within one tick, not by tick", function()
+    local timer = manual({ tick = 1 })
+    local log, task = logger()
+    for _, d in ipairs({ 0.7, 0.2, 0.5, 0.1, 0.9, 0.3 }) do timer:timeout(d, task, d) end
+    assert.are.equal(6, timer:advance(1))
+    assert.are.same({ 0.1, 0.2, 0.3, 0.5, 0.7, 0.9 }, log)
+  end)
+
+  it("runs by deadline across ticks collected in one advance", function()
+    local timer = manual({ tick = 0.01, wheel_size = 4 })
+    local log, task = logger()
+    local delays = { 0.55, 0.015, 0.3, 0.011, 0.04, 0.0101, 0.16, 0.039, 0.02, 5, 0.64 }
+    for _, d in ipairs(delays) do timer:timeout(d, task, d) end
+    assert.are.equal(#delays, timer:advance(10))
+    local sorted = { unpack(delays) }
+    table.sort(sorted)
+    assert.are.same(sorted, log)
+  end)
+
+  it("runs equal deadlines in scheduling order", function()
+    local timer = manual({ tick = 0.01 })
+    local log, task = logger()
+    for i = 1, 50 do timer:timeout(0.25, task, i) end
+    assert.are.equal(50, timer:advance(0.3))
+    for i = 1, 50 do assert.are.equal(i, log[i]) end
+  end)
+
+  it("orders by the absolute deadline of timeouts scheduled at different times", function()
+    local timer = manual({ tick = 0.1 })
+    local log, task = logger()
+    timer:timeout(0.05, task, "A")     -- deadline 0.05
+    timer:advance(0.013)
+    timer:timeout(0.03, task, "B")     -- deadline 0.043
+    timer:timeout(0.037, task, "C")    -- deadline 0.05, scheduled after A
+    assert.are.equal(3, timer:advance(0.1))
+    assert.are.same({ "B", "A", "C" }, log)
+  end)
+
+  it("keeps deadline order between due-but-unpolled timeouts and newly due ones", function()
+    local timer = manual({ tick = 0.01 })
+    local log, task = logger()
+    timer:timeout(0.01, task, 1)
+    timer:timeout(0.01, task, 2)
+    timer:timeout(0.02, task, 4)
+    timer:timeout(0.015, task, 3)
+    timer:timeout(0.02, task, 5)
+    timer:advance(0.01)  -- runs 1, 2 (advance polls all)
+    assert.are.same({ 1, 2 }, log)
+    timer:timeout(0.005, task, 6)       -- deadline 0.015, after 3 by sequence
+    timer:timeout(0, task, 0)           -- deadline 0.01: the clock is on a boundary, so due at once
+    assert.are.equal(1, timer:poll(1))  -- the delay-0 one is due at once
+    assert.are.same({ 1, 2, 0 }, log)
+    assert.are.equal(0, timer:poll())
+    assert.are.equal(4, timer:advance(0.01))
+    assert.are.same({ 1, 2, 0, 3, 6, 4, 5 }, log)
+  end)
+
+  it("orders by exact deadline within one tick, equal deadlines in scheduling order", function()
+    local timer = manual({ tick = 1 })
+    local log, task = logger()
+    timer:timeout(0.3, task, "0.3")
+    timer:timeout(0.1000001, task, "0.1000001")
+    timer:timeout(0.1, task, "0.1 first")
+    timer:timeout(0.10000005, task, "0.10000005")
+    timer:timeout(0.1, task, "0.1 second")
+    timer:timeout(0.123456, task, "0.123456")
+    assert.are.equal(6, timer:advance(1))
+    assert.are.same({ "0.1 first", "0.1 second", "0.10000005", "0.1000001", "0.123456", "0.3" }, log)
+    timer:stop()
+  end)
+end)
+
+describe("order on the real clock", function()
+  it("runs tasks across ticks in exact deadline order, equal delays in scheduling order", function()
+    local t = hwt.new({ tick = 0.01 })
+    local order = {}
+    local lo, hi = {}, {}
+    local function rec(_, name) order[#order + 1] = name end
+    local function schedule(delay, name)
+      local before = hwt.now()
+      t:timeout(delay, rec, name)
+      lo[name], hi[name] = before + delay, hwt.now() + delay
+    end
+    local t0 = hwt.now()
+    -- 0.011, 0.012 and 0.013 share a tick: order by exact deadline anyway
+    local delays = { 0.05, 0.013, 0.03, 0.011, 0.012, 0.001, 0.04, 0.021 }
+    for _, d in ipairs(delays) do schedule(d, d) end
+    for i = 1, 5 do schedule(0.025, "eq" .. i) end
+    local scheduling_time = hwt.now() - t0
+    assert.equals(#delays + 5, t:run())
+    assert.equals(#delays + 5, #order)
+    -- always: no task ran before one whose deadline was surely earlier
+    for k = 2, #order do
+      local prev, cur = order[k - 1], order[k]
+      assert.is_true(lo[prev] <= hi[cur] + EPS,
+        ("%s ran before %s"):format(tostring(prev), tostring(cur)))
+    end
+    -- equal delays: scheduling order, whatever the load
+    local eq = {}
+    for _, name in ipairs(order) do
+      if type(name) == "string" then eq[#eq + 1] = name end
+    end
+    assert.same({ "eq1", "eq2", "eq3", "eq4", "eq5" }, eq)
+    if scheduling_time < 0.0009 then   -- not preempted while scheduling: exact order
+      assert.same({ 0.001, 0.011, 0.012, 0.013, 0.021,
+                    "eq1", "eq2", "eq3", "eq4", "eq5",
+                    0.03, 0.04, 0.05 }, order)
+    end
+    t:stop()
+  end)
+
+  it("fires 10000 pending timeouts with random delays in deadline order", function()
+    local t = hwt.new({ tick = 0.001 })
+    local N = 10000
+    local lo, hi, start = {}, {}, {}
+    local order = {}
+    local function task(_, i)
+      order[#order + 1] = i
+      start[i] = hwt.now()
+    end
+    math.randomseed(20240601)
+    for i = 1, N do
+      local delay = 0.2 + math.random() * 0.3
+      local before = hwt.now()
+      t:timeout(delay, task, i)
+      lo[i] = before + delay
+      hi[i] = hwt.now() + delay
+    end
+    assert.equals(N, t:pending())
+    assert.equals(N, t:run())
+    assert.equals(N, #order)
+    assert.equals(0, t:pending())
+    assert.equals(N, t:stats().fired)
+    local seen = {}
+    for k, i in ipairs(order) do
+      assert.is_nil(seen[i])
+      seen[i] = true
+      if start[i] < lo[i] - EPS then
+        error(("timeout %d started %.9f s early"):format(i, lo[i] - start[i]))
+      end
+      if start[i] > hi[i] + LATE then
+        error(("timeout %d started %.3f s late"):format(i, start[i] - hi[i]))
+      end
+      if k > 1 then
+        local prev = order[k - 1]
+        -- prev's real deadline must not be after i's real deadline
+        if lo[prev] > hi[i] + EPS then
+          error(("timeout %d (deadline >= %.6f) ran before %d (deadline <= %.6f)")
+            :format(prev, lo[prev], i, hi[i]))
+        end
+      end
+    end
+    t:stop()
+  end)
+end)
+
 describe("differential test against a reference model (manual clock)", function()
   local configs = {
     { seed = 1, tick_ns = 1000000, wheel_size = 8, max_pending = 0, steps = 2500, stop_inside = false },
@@ -601,6 +764,7 @@ describe("differential test against a reference model (manual clock)", function(
     { seed = 4, tick_ns = 1000, wheel_size = 1, max_pending = 0, steps = 2000, stop_inside = false },
     { seed = 5, tick_ns = 7000000, wheel_size = 16, max_pending = 14, steps = 2000, stop_inside = false },
   }
+
   for _, cfg in ipairs(configs) do
     it(("seed %d: tick %d ns, wheel %d, max_pending %d, %d steps, stop %s"):format(
         cfg.seed, cfg.tick_ns, cfg.wheel_size, cfg.max_pending, cfg.steps,

@@ -37,21 +37,7 @@ local function handles()
   return n
 end
 
--- The delays of `scheduled` ({at, delay} each; `at` read just before the
--- timeout() call, which reads the clock first) by deadline: 0.01, 0.02, 0.03,
--- unless the process stalled between two calls (the first one opens the
--- driver's handles from inside timeout(), which may take a while on a loaded
--- machine).
-local function deadline_order(scheduled)
-  table.sort(scheduled, function(a, b) return a.at < b.at end)
-  local delays = {}
-  for i, s in ipairs(scheduled) do delays[i] = s.delay end
-  return delays
-end
-
-local function quiet_timer(errors)
-  return hwt.new({ tick = 0.005, on_error = function(err) errors[#errors + 1] = tostring(err) end })
-end
+local deadline_order, quiet_timer = support.deadline_order, support.quiet_timer
 
 -- Resumes co with the callback's arguments (a luv callback into a coroutine);
 -- nothing once co is dead (on PUC 5.1 a task's first yield ends it).
