@@ -1145,15 +1145,23 @@ describe("hwt.retry: when the timer stops", function()
     assert.are.equal(0, gave_up)
   end)
 
-  it("a timer merely collected does not call on_give_up", function()
+  -- The retry's next try holds its timer (it arms the try after it), so a
+  -- dropped timer with a retry waiting is not collected: a collection calls
+  -- no on_give_up, and only stop() ends the retry.
+  it("a collection neither collects a timer whose retry waits nor calls on_give_up", function()
     local gave_up = 0
+    local held = setmetatable({}, { __mode = "v" })
     do
       local tm = hwt.new{ tick = 0.001 }
+      held[1] = tm
       hwt.retry(tm, failing, { delay = 60, on_give_up = function() gave_up = gave_up + 1 end })
     end
     collectgarbage("collect")
     collectgarbage("collect")
+    assert.is_not_nil(held[1], "the timer was collected while its retry waited")
     assert.are.equal(0, gave_up)
+    held[1]:stop()                             -- ends the retry and lets its engine go
+    assert.are.equal(1, gave_up)
   end)
 
   it("an on_give_up that raises inside stop(): the error goes to on_error, the other retries are told", function()
