@@ -2,7 +2,9 @@
 -- calls the tasks (poll, run, advance), so that a task may yield, and adds
 -- the helpers that read better in Lua: timer:sleep() and hwt.retry().
 local core = require("hwt.core")
-local checks = require("hwt.driver")               -- argument checks shared with the drivers
+local checks = require("hwt.checks")
+local backoff = require("hwt.backoff")
+local attachments = require("hwt.driver")
 
 local hwt = {}
 for name, value in pairs(core) do hwt[name] = value end
@@ -20,8 +22,9 @@ local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
-local type_name, is_callable, hooks_of = checks.type_name, checks.is_callable, checks.hooks_of
-local backoff_options, backoff_wait = checks.backoff_options, checks.backoff_wait
+local type_name, is_callable = checks.type_name, checks.is_callable
+local hooks_of = attachments.hooks_of
+local backoff_options, backoff_wait = backoff.options, backoff.wait
 
 -- ---- dispatch: poll, run, advance ------------------------------------------
 -- Each task is called under xpcall, by a loop here or, on Lua 5.3+, by the
@@ -512,7 +515,7 @@ end
 
 -- hwt.retry(timer, fn, opts): calls fn(attempt, handle) now; on failure (an
 -- error, or a nil/false first result) calls it again after a growing delay
--- (the backoff rules are hwt.driver's, shared with hwt.jobs).
+-- (the backoff rules are hwt.backoff's, shared with hwt.jobs).
 local RETRY_CALLBACKS = { on_give_up = true, on_success = true, on_retry = true, random = true }
 
 local function bad_retry_option(key, message)

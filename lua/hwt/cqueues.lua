@@ -71,8 +71,9 @@ local function load_cqueues()
   return cqueues
 end
 
+local checks = require("hwt.checks")
 local driver = require("hwt.driver")
-local type_name, arg_error_in = driver.type_name, driver.arg_error
+local type_name, arg_error_in = checks.type_name, checks.arg_error
 
 local function arg_error(n, message)
   arg_error_in("attach", n, message)

@@ -72,8 +72,9 @@ local function load_luv()
   return uv
 end
 
+local checks = require("hwt.checks")
 local driver = require("hwt.driver")
-local type_name, arg_error_in = driver.type_name, driver.arg_error
+local type_name, arg_error_in = checks.type_name, checks.arg_error
 
 local function arg_error(n, message)
   arg_error_in("attach", n, message)
@@ -88,7 +89,7 @@ local function check_options(opts)
   if type(opts) ~= "table" then arg_error(2, "table expected, got " .. type_name(opts)) end
   for key, value in pairs(opts) do
     if key ~= "spawn" then arg_error(2, "unknown option '" .. tostring(key) .. "'") end
-    if not driver.is_callable(value) then
+    if not checks.is_callable(value) then
       error(("bad option 'spawn' to 'attach' (function expected, got %s)"):format(type_name(value)), 3)
     end
   end
