@@ -22,7 +22,9 @@ local args_of = internal.args
 local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
-local type_name, is_callable = checks.type_name, checks.is_callable
+local type_name, is_callable, is_timer = checks.type_name, checks.is_callable, checks.is_timer
+local arg_error, as_number, check_self = checks.arg_error, checks.as_number, checks.check_self
+local seconds_arg = checks.seconds_arg
 local hooks_of = attachments.hooks_of
 local backoff_options, backoff_wait = backoff.options, backoff.wait
 
@@ -216,31 +218,22 @@ end
 -- the wake-up and the first task.
 local drain_all = internal.poll or drain_timer
 
-local function arg_error(n, name, message)
-  error(("bad argument #%d to '%s' (%s)"):format(n, name, message), 3)
-end
-
-local TIMER_METATABLE = "hwt.Timer"               -- what getmetatable() gives for a Timer
-
-local function is_timer(value)
-  return type(value) == "userdata" and getmetatable(value) == TIMER_METATABLE
-end
-
--- is_timer's test, written out: every poll() runs it.
-local function check_self(value, name)
-  if type(value) ~= "userdata" or getmetatable(value) ~= TIMER_METATABLE then
-    error(("calling '%s' on bad self (hwt.Timer expected, got %s)"):format(name, type_name(value)), 3)
+-- poll()'s max (an integer >= 0, or nil) and spawn (callable, or nil).
+local function check_poll_args(max, spawn)
+  if max ~= nil then
+    local number = as_number(max)
+    if number == nil then arg_error("poll", 1, "number expected, got " .. type_name(max)) end
+    if number ~= number or number % 1 ~= 0 or number >= 2 ^ 63 or number < -2 ^ 63 then
+      arg_error("poll", 1, "number has no integer representation")
+    end
+    if number < 0 then arg_error("poll", 1, "max must be >= 0") end
+    max = number
   end
-end
-
-local function number_arg(value, n, name)
-  local number = tonumber(value)
-  if number == nil or (type(value) ~= "number" and type(value) ~= "string") then
-    arg_error(n, name, "number expected, got " .. type_name(value))
+  if spawn ~= nil and not is_callable(spawn) then
+    arg_error("poll", 2, "spawn must be a function, got " .. type(spawn))
   end
-  return number
+  return max
 end
-
 
 -- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due. The
 -- common call, with neither, leaves its self check to the core: a
@@ -252,16 +245,7 @@ function Timer:poll(max, spawn)
     if ran then return ran end
   end
   check_self(self, "poll")
-  if max ~= nil then
-    max = number_arg(max, 1, "poll")
-    if max ~= max or max % 1 ~= 0 or max >= 2 ^ 63 or max < -2 ^ 63 then
-      arg_error(1, "poll", "number has no integer representation")
-    end
-    if max < 0 then arg_error(1, "poll", "max must be >= 0") end
-  end
-  if spawn ~= nil and not is_callable(spawn) then
-    arg_error(2, "poll", "spawn must be a function, got " .. type(spawn))
-  end
+  max = check_poll_args(max, spawn)
   if max == 0 then return 0 end
   return drain_timer(self, max or huge, spawn)
 end
@@ -269,10 +253,7 @@ end
 -- timer:advance(seconds): manual clock only; moves it, then one pass.
 function Timer:advance(seconds)
   check_self(self, "advance")
-  seconds = number_arg(seconds, 1, "advance")
-  if not (seconds >= 0 and seconds < huge) then
-    arg_error(1, "advance", "seconds must be a finite number >= 0")
-  end
+  seconds = seconds_arg(seconds, 1, "advance")
   advance_clock(self, seconds)
   return drain_all(self, huge)
 end
@@ -328,15 +309,22 @@ local function run_for_real(timer, seconds)
   return ran
 end
 
+-- run_for()'s seconds: >= 0, and finite on a manual clock.
+local function check_run_for_seconds(seconds, manual)
+  local number = as_number(seconds)
+  if number == nil then arg_error("run_for", 1, "number expected, got " .. type_name(seconds)) end
+  if not (number >= 0) or (manual and number == huge) then
+    arg_error("run_for", 1, manual and "seconds must be a finite number >= 0 on a manual clock"
+                                  or "seconds must be a number >= 0")
+  end
+  return number
+end
+
 -- timer:run_for(seconds): lets `seconds` pass, running what falls due.
 function Timer:run_for(seconds)
   check_self(self, "run_for")
-  seconds = number_arg(seconds, 1, "run_for")
   local manual = is_manual(self)
-  if not (seconds >= 0) or (manual and seconds == huge) then
-    arg_error(1, "run_for", manual and "seconds must be a finite number >= 0 on a manual clock"
-                                  or "seconds must be a number >= 0")
-  end
+  seconds = check_run_for_seconds(seconds, manual)
   if is_stopped(self) then return 0 end
   if manual then return run_for_manual(self, seconds) end
   return run_for_real(self, seconds)
@@ -490,10 +478,7 @@ function Timer:sleep(seconds)
   end
   local hooks = hooks_of(self)
   if hooks and hooks.sleep then
-    seconds = number_arg(seconds, 1, "sleep")
-    if not (seconds >= 0 and seconds < huge) then
-      arg_error(1, "sleep", "seconds must be a finite number >= 0")
-    end
+    seconds = seconds_arg(seconds, 1, "sleep")
     return host_sleep(self, hooks.sleep, seconds)
   end
   local co, is_main = coroutine.running()

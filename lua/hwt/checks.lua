@@ -17,9 +17,43 @@ function M.is_callable(value)
   return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
 end
 
--- Raises "bad argument #n to 'fname' (message)" for the caller's caller.
+local TIMER = "hwt.Timer"                         -- what getmetatable() gives for a Timer
+
+function M.is_timer(value)
+  return type(value) == "userdata" and getmetatable(value) == TIMER
+end
+
+-- The number that luaL_checknumber would take for `value` (a number or a
+-- numeric string), or nil.
+function M.as_number(value)
+  if type(value) ~= "number" and type(value) ~= "string" then return nil end
+  return tonumber(value)
+end
+
+-- The checks below are called by the function they check for, and raise for
+-- that function's caller.
+
+-- Raises "bad argument #n to 'fname' (message)"; called by a check.
 function M.arg_error(fname, n, message)
   error(("bad argument #%d to '%s' (%s)"):format(n, fname, message), 4)
+end
+
+-- Raises "calling 'fname' on bad self" unless `value` is a Timer: is_timer's
+-- test, written out (every poll() with arguments runs it).
+function M.check_self(value, fname)
+  if type(value) ~= "userdata" or getmetatable(value) ~= TIMER then
+    error(("calling '%s' on bad self (hwt.Timer expected, got %s)"):format(fname, M.type_name(value)), 3)
+  end
+end
+
+-- Argument n of fname: seconds, a finite number >= 0.
+function M.seconds_arg(value, n, fname)
+  local seconds = M.as_number(value)
+  if seconds == nil then M.arg_error(fname, n, "number expected, got " .. M.type_name(value)) end
+  if not (seconds >= 0 and seconds < math.huge) then
+    M.arg_error(fname, n, "seconds must be a finite number >= 0")
+  end
+  return seconds
 end
 
 return M
