@@ -1,5 +1,33 @@
 -- hwt.dispatch: timer:poll(), run(), advance() and run_for(): the loops
--- that call the due tasks, so that a task may yield.
+-- that call the due tasks.
+--
+-- A draining call runs a timer's due tasks through a drain (the core's
+-- record of one draining call), in batches: one protected call (xpcall) runs
+-- up to `budget` tasks, so that a task may yield wherever the coroutine
+-- that called poll() could (Lua 5.2+ and LuaJIT yield across xpcall; PUC 5.1
+-- cannot, and the yield is the task's error); a task's error ends the
+-- batch, goes to on_error, and run_drain starts the next batch. The steps
+-- of a batch are the core's (the binding's drain steps): probe() first, as
+-- deep as a task call, so that a batch that could not call a task (poll()
+-- nested in tasks past the C stack or the Lua stack) fails with nothing
+-- taken; then take(), which finishes the task before, starts the next due
+-- timeout inside the protected call and records it in the drain, so that a
+-- timeout taken is always called and always finished (by the next take, by
+-- finish(), or by the drain's finalizer if the coroutine is dropped while
+-- the task is suspended); then the call of the task, in its shape.
+--
+-- The batch loop differs by Lua, and the three live side by side below:
+--   Lua 5.1, 5.2   lua_batch: take() and the call, in Lua;
+--   Lua 5.3, 5.4   the core's loop in C (internal.run_batch, lua_callk),
+--                  where a task can yield too; and poll() of all that is
+--                  due is one C call (internal.poll: run_drain's work,
+--                  under lua_pcallk), with no Lua call between the wake-up
+--                  and the first task;
+--   LuaJIT         ffi_batch: the take is an FFI call, and the call is read
+--                  from the anchor table; what the FFI take leaves to the
+--                  classic one, lua_batch does.
+-- Every Lua runs a drain's batches through the one run_drain below (or, for
+-- a poll() of all that is due on 5.3+, the core's, in C).
 local core = require("hwt.core")
 local checks = require("hwt.checks")
 local attachments = require("hwt.driver")
@@ -24,34 +52,28 @@ local seconds_arg = checks.seconds_arg
 local hooks_of = attachments.hooks_of
 local is_stopped = stop.is_stopped
 
--- Each task is called under xpcall, by a loop here or, on Lua 5.3+, by the
--- core's loop in C with lua_callk (and for a poll() of all that is due,
--- under the core's lua_pcallk: internal.poll does run_drain's work): so it
--- may yield wherever the coroutine that called poll() could (Lua 5.2+ and
--- LuaJIT yield across xpcall; PUC 5.1 cannot, and the yield is the task's
--- error). The core's
--- `take` starts the next due timeout inside the protected call, and records
--- it in the drain, so that a timeout taken is always called, and always
--- finished: by the next `take`, by `finish`, or by the drain's finalizer if
--- the coroutine is dropped while the task is suspended.
+-- ---- the steps the loops share ----------------------------------------------
 
-local CALL_WITH_ARGS = 3        -- take()'s shape for a TimerTask or > 2 arguments
+-- take()'s shapes: 0, 1, 2 are a function task with that many arguments,
+-- given as plain values, so that the common call is not a vararg one;
+-- CALL_WITH_ARGS a TimerTask (a table with run) or more than 2 arguments,
+-- read with args_of(drain).
+local CALL_WITH_ARGS = 3
 
 local function call_with_args(task, t, is_method, ...)
   if is_method then return task:run(t, ...) end
   return task(t, ...)
 end
 
--- Runs up to `budget` tasks in one protected call; returns whether nothing
--- more is due, and how many tasks it took. One xpcall per batch, not per
--- task: a task's error ends the batch, and run_drain starts the next.
--- Before it takes anything it calls probe(), as deep as a task call: a
--- batch that could not call a task (poll() nested in tasks past the C stack
--- or the Lua stack) fails there, with nothing taken. take() gives a task
--- with up to 2 arguments as plain values, so that the common call is not a
--- vararg one. On Lua 5.3+ the core has this loop in C (internal.run_batch),
--- where a task can yield too.
-local run_batch = internal.run_batch or function(drain, budget)
+-- The handler of a timer with on_error: the error value unchanged.
+local function pass_error(err) return err end
+
+-- ---- the loops, side by side --------------------------------------------------
+-- Each runs up to `budget` tasks of `drain` in one protected call; returns
+-- whether nothing more is due, and how many tasks it took.
+
+-- The plain Lua loop.
+local function lua_batch(drain, budget)
   probe()
   for n = 1, budget do
     local task, t, shape, a, b = take(drain)
@@ -64,19 +86,22 @@ local run_batch = internal.run_batch or function(drain, budget)
   return false, budget
 end
 
--- On LuaJIT the take is an FFI call (a classic one before each task costs a
--- loop whose tasks miss the cache three times as much: bench/RESULTS.md).
--- The call comes from the anchor table, which on LuaJIT holds, for slot s,
--- the Timeout at 2s - 1 and at 2s its task; a task of shape 1 or 2 is
--- anchored instead by its user value table (the Timeout at 0, the task and
--- the arguments), at slot s of the single anchors. The FFI take does the
--- step of a poll that needs no Lua API; for the rest (a hand-off, a
--- watcher, ...) it returns `classic`, having done nothing, and the classic
--- take does it, in run_batch. Once every few takes its step asks for a
--- read_ahead (see there, in src/lhwt.c). The slot of a timeout it let go
--- (negated for a single anchor) is this loop's to clear; the next FFI take
--- is told it was, and only then gives it back.
-local dispatch_batch = run_batch
+-- The loop of the classic take: the core's in C on Lua 5.3+, else lua_batch.
+local classic_batch = internal.run_batch or lua_batch
+
+-- The LuaJIT loop. LuaJIT's trace compiler cannot compile a call through
+-- the classic Lua C API, so a take through it runs interpreted, and with it
+-- the loop; the FFI take is compiled. The call comes from the anchor table,
+-- which on LuaJIT holds, for slot s, the Timeout at 2s - 1 and at 2s its
+-- task; a task of shape 1 or 2 is anchored instead by its user value table
+-- (the Timeout at SELF, the task and the arguments), at slot s of the single
+-- anchors. The FFI take does the step of a poll that needs no Lua API; for
+-- the rest (a hand-off, a watcher, ...) it returns CLASSIC, having done
+-- nothing, and classic_batch does it. Once every few takes its step asks
+-- for a read_ahead (a drain step of the core's). The slot of a timeout it
+-- let go (negated for a single anchor) is this loop's to clear; the next
+-- FFI take is told it was, and only then gives it back.
+local ffi_batch
 if internal.ffi_take then
   local ffi = require("ffi")
   local ffi_take = ffi.cast("int32_t (*)(void *, int32_t, int32_t *)", internal.ffi_take)
@@ -87,8 +112,8 @@ if internal.ffi_take then
   local SELF, SINGLES = layout.self, layout.singles
   local step = ffi.new("int32_t[?]", layout.step_size)
 
-  dispatch_batch = function(drain, budget)
-    local anchors = anchors_of(drain)            -- after the probe, as run_batch's
+  ffi_batch = function(drain, budget)
+    local anchors = anchors_of(drain)            -- after the probe, as lua_batch's
     local singles = anchors[SINGLES]
     local cleared = 0
     for n = 1, budget do
@@ -114,7 +139,7 @@ if internal.ffi_take then
           local values = singles[slot]
           values[TASK](values[SELF], values[FIRST_ARG], values[SECOND_ARG])
         else call_with_args(anchors[2 * slot], anchors[2 * slot - 1], args_of(drain)) end
-      elseif slot == 0 or run_batch(drain, 1) then
+      elseif slot == 0 or classic_batch(drain, 1) then
         return true, n - 1
       end
     end
@@ -122,24 +147,24 @@ if internal.ffi_take then
   end
 end
 
-local function pass_error(err) return err end
+-- ---- run_drain ------------------------------------------------------------------
 
--- What a poll's run_drain passes to xpcall: dispatch_batch, or on PUC 5.1,
--- whose xpcall passes f no arguments, a function that reads them from
+-- What a poll's run_drain passes to xpcall: the loop of this Lua, or on PUC
+-- 5.1, whose xpcall passes f no arguments, a function that reads them from
 -- upvalues that set_batch_args sets just before (xpcall calls it at once; a
 -- closure per batch would be garbage). Elsewhere set_batch_args is nil.
-local batch, set_batch_args = dispatch_batch, nil
+local batch, set_batch_args = ffi_batch or classic_batch, nil
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) ~= 1 then
   local next_drain, next_budget
   batch = function()
     local drain = next_drain
     next_drain = nil                           -- holds no drain (nor its timer) past the call
-    return run_batch(drain, next_budget)
+    return classic_batch(drain, next_budget)
   end
   set_batch_args = function(drain, budget) next_drain, next_budget = drain, budget end
 end
 -- A hand-off runs one task, which the FFI take would leave to the classic one.
-local handoff_batch = set_batch_args and batch or run_batch
+local handoff_batch = set_batch_args and batch or classic_batch
 
 -- Runs up to `max` tasks of the drain, in batches of drain_batch (batch, or
 -- handoff_batch); returns how many ran; a task's error goes to
@@ -209,8 +234,7 @@ local function drain_timer(timer, max, spawn)
 end
 
 -- drain_timer(timer, huge): everything due. On Lua 5.3+ the core does it in
--- one C call (internal.poll, false for no Timer), with no Lua call between
--- the wake-up and the first task.
+-- one C call (internal.poll, false for no Timer).
 local drain_all = internal.poll or drain_timer
 
 -- poll()'s max (an integer >= 0, or nil) and spawn (callable, or nil).
@@ -229,6 +253,8 @@ local function check_poll_args(max, spawn)
   end
   return max
 end
+
+-- ---- the methods ----------------------------------------------------------------
 
 -- timer:poll([max [, spawn]]): runs (or hands to spawn) what is due. The
 -- common call, with neither, leaves its self check to the core: a
