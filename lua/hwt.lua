@@ -2,8 +2,10 @@
 -- file assembles the module: the core's functions and method tables, and
 -- what is written in Lua, each from the module of its job: the loops that
 -- call the tasks (hwt.dispatch: poll, run, advance, run_for), stop() and its
--- hooks (hwt.stop), timer:sleep() (hwt.sleep) and hwt.retry (hwt.retry).
+-- hooks (hwt.stop: also is_stopped), timer:sleep() (hwt.sleep), hwt.retry
+-- (hwt.retry) and hwt.is_timeout (hwt.checks).
 local core = require("hwt.core")
+local checks = require("hwt.checks")
 local dispatch = require("hwt.dispatch")
 local stop = require("hwt.stop")
 local sleep = require("hwt.sleep")
@@ -15,8 +17,9 @@ hwt.internal = nil                              -- the Lua layer's own: not hwt'
 
 local Timer = core.Timer
 Timer.poll, Timer.run, Timer.advance, Timer.run_for = dispatch.poll, dispatch.run, dispatch.advance, dispatch.run_for
-Timer.stop = stop.stop
+Timer.stop, Timer.is_stopped = stop.stop, stop.is_stopped
 Timer.sleep = sleep.sleep
 hwt.retry = retry.retry
+hwt.is_timeout = checks.is_timeout
 
 return hwt

@@ -17,10 +17,17 @@ function M.is_callable(value)
   return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
 end
 
-local TIMER = "hwt.Timer"                         -- what getmetatable() gives for a Timer
+-- What getmetatable() gives for a Timer and for a Timeout: each is a
+-- userdata with a protected metatable.
+local TIMER, TIMEOUT = "hwt.Timer", "hwt.Timeout"
 
 function M.is_timer(value)
   return type(value) == "userdata" and getmetatable(value) == TIMER
+end
+
+-- hwt.is_timeout(value): whether `value` is a Timeout, of any timer.
+function M.is_timeout(value)
+  return type(value) == "userdata" and getmetatable(value) == TIMEOUT
 end
 
 -- The number that luaL_checknumber would take for `value` (a number or a

@@ -1,15 +1,21 @@
 -- hwt.stop: timer:stop() and its hooks: a retry waiting for its next try
 -- gives up, a coroutine in timer:sleep() wakes, before stop() returns.
 local core = require("hwt.core")
+local checks = require("hwt.checks")
 
 local M = {}
 
 local internal = core.internal
 local report_error, clock_state = internal.report_error, internal.clock_state
+local check_self = checks.check_self
 
--- Whether `timer` is stopped (or was collected).
-function M.is_stopped(timer)
-  return select(2, clock_state(timer))
+-- timer:is_stopped(): whether stop() was called, or the timer was stopped
+-- with its Lua state or collected. What stats().stopped says, without
+-- building the table.
+function M.is_stopped(self)
+  check_self(self, "is_stopped")
+  local _, stopped = clock_state(self)
+  return stopped
 end
 
 -- What stop() must tell, by the timeout that stands for it: a retry waiting
