@@ -151,7 +151,7 @@ local function drive(self, timer)
   end
   self.driving = false
   cqueues.cancel(self.fd)                       -- before the timer may be collected
-  if timer:stats().stopped then let_go(self) end
+  if timer:is_stopped() then let_go(self) end
 end
 
 local function start_driver(self, timer)

@@ -17,8 +17,8 @@ function M.check_timer(fname, timer)
   if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
     checks.arg_error(fname, 1, "hwt.Timer expected, got " .. checks.type_name(timer))
   end
+  if timer:is_stopped() then checks.arg_error(fname, 1, "timer is stopped") end
   local stats = timer:stats()
-  if stats.stopped then checks.arg_error(fname, 1, "timer is stopped") end
   if stats.clock == "manual" then checks.arg_error(fname, 1, "timer has a manual clock: drive it with advance()") end
   if attached[timer] then checks.arg_error(fname, 1, "timer is already attached: detach it first") end
   return stats

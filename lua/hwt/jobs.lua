@@ -764,7 +764,7 @@ function Queue:start()
   if next(self.handlers) == nil then
     error("hwt.jobs: no handlers: call q:handle(name, fn) before q:start()", 2)
   end
-  if self.timer:stats().stopped then error("hwt.jobs: timer is stopped", 2) end
+  if self.timer:is_stopped() then error("hwt.jobs: timer is stopped", 2) end
   if not self.wake then
     local wake, err = self.timer:timeout(0, pump, self)
     if not wake then return nil, err end

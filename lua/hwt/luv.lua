@@ -175,7 +175,7 @@ local function settle(self, timer)
   if busy[self] ~= timer then return end        -- a task detached the handle
   local due_in = timer:next_due()
   if due_in then return arm_fallback(self, due_in) end
-  if timer:stats().stopped then return let_go(self) end
+  if timer:is_stopped() then return let_go(self) end
   go_idle(self)
 end
 

@@ -180,7 +180,7 @@ local exit
 -- driver then detaches, as hwt.luv's does).
 local function is_over(driver)
   if driver.stopped or driver.exited then return true end
-  if driver.timer:stats().stopped then
+  if driver.timer:is_stopped() then
     driver:detach()
     return true
   end
