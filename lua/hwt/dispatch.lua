@@ -30,7 +30,7 @@
 -- a poll() of all that is due on 5.3+, the core's, in C).
 local core = require("hwt.core")
 local checks = require("hwt.checks")
-local attachments = require("hwt.driver")
+local drivers = require("hwt.driver")
 local stop = require("hwt.stop")
 
 local M = {}
@@ -49,7 +49,7 @@ local core_wait = Timer.wait
 local type_name, is_callable = checks.type_name, checks.is_callable
 local arg_error, as_number, check_self = checks.arg_error, checks.as_number, checks.check_self
 local seconds_arg = checks.seconds_arg
-local hooks_of = attachments.hooks_of
+local hooks_of = drivers.hooks_of
 local is_stopped = stop.is_stopped
 
 -- ---- the steps the loops share ----------------------------------------------

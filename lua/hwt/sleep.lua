@@ -1,12 +1,12 @@
 -- hwt.sleep: timer:sleep(seconds), in a coroutine.
 local checks = require("hwt.checks")
-local attachments = require("hwt.driver")
+local drivers = require("hwt.driver")
 local stop = require("hwt.stop")
 
 local M = {}
 
 local is_timer, seconds_arg = checks.is_timer, checks.seconds_arg
-local hooks_of = attachments.hooks_of
+local hooks_of = drivers.hooks_of
 local is_stopped, on_stop = stop.is_stopped, stop.on_stop
 
 -- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
