@@ -149,6 +149,19 @@ for _, name in ipairs({ "luv", "cqueues" }) do
       assert.is_false(driver:detach())
     end)
 
+    it("lets go of a timer stopped by the last task it handed out", function()
+      local host = host_of(name)
+      local timer = quiet_timer({})
+      local driver = assert(host.attach(timer))
+      local ran = 0
+      timer:timeout(0.01, function() ran = ran + 1 end)
+      timer:timeout(0.01, function() ran = ran + 1; timer:stop() end)
+      host:run()
+      assert.equals(2, ran)
+      assert.is_true(timer:is_stopped())
+      assert.is_false(driver:detach())
+    end)
+
     it("does not build timer:stats() while it drives", function()
       local host = host_of(name)
       local timer = quiet_timer({})

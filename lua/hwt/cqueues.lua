@@ -84,14 +84,20 @@ local OPTIONS = { controller = function() return nil end }
 -- started from the driver's queue: tasks start in the order poll() handed
 -- them out, which is deadline order. Then, if the task left nothing that can
 -- fall due (it stopped the timer, or cancelled the last pending timeout), a
--- word to the loop, so that it ends now rather than at its timeout.
+-- word to the loop, so that it ends now rather than at its timeout. A loop
+-- that ended already (this task was among the last it handed out) did not
+-- see a stop the task made: the driver lets go here.
 local function run_task(self, timer)
   local queue = self.queue
   local run = queue[queue.first]
   queue[queue.first] = nil
   queue.first = queue.first + 1
   run()
-  if self.driving and timer:next_due() == nil then self.recheck:signal() end
+  if not self.driving then
+    drivers.let_go_if_stopped(self, timer)
+  elseif timer:next_due() == nil then
+    self.recheck:signal()
+  end
 end
 
 -- poll()'s spawn: queues the task and wraps a coroutine that will start it.
