@@ -1,6 +1,13 @@
 -- hwt.backoff: the backoff rules: hwt.retry's, also hwt.jobs' retries of a
--- failed job.
+-- failed job; and the growing pause of hwt.ngx's tries after nginx refused a
+-- wake and of hwt.jobs' worker after a failed round.
 local M = {}
+
+-- The n-th pause of a series that starts at `first` and is multiplied by
+-- `factor` each time, capped at `longest`: min(first * factor^(n-1), longest).
+function M.grow(first, factor, n, longest)
+  return math.min(first * factor ^ (n - 1), longest)
+end
 
 local DEFAULTS = { retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0 }
 
@@ -36,7 +43,7 @@ end
 -- backoff^(k-1), max_delay): max_delay caps the wait after jitter too.
 function M.wait(o, retry_number)
   if o.delay == 0 then return 0 end             -- 0 * math.huge would be NaN
-  local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
+  local wait = M.grow(o.delay, o.backoff, retry_number, o.max_delay)
   if o.jitter > 0 then
     wait = wait * (1 + o.jitter * (2 * o.random() - 1))
   end

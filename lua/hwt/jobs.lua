@@ -694,7 +694,7 @@ end
 -- poll_interval.
 local function back_off(q)
   q.failures = q.failures + 1
-  arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+  arm(q, backoff.grow(FIRST_RECONNECT_WAIT, 2, q.failures, q.poll_interval))
 end
 
 -- One round trip: settle `sending` (outcomes), claim what is due and there

@@ -45,6 +45,7 @@
 -- the worker runs few timers of its own: raise lua_max_running_timers).
 -- No thread_pool is needed: nothing of hwt's runs in nginx's threads.
 local hwt = require("hwt")
+local backoff = require("hwt.backoff")
 local drivers = require("hwt.driver")
 
 local M = {}
@@ -92,7 +93,7 @@ local function tell_watch(driver, check_at)
 end
 
 local function retry_pause(refusals)
-  return math.min(RETRY_FIRST * 2 ^ (refusals - 1), RETRY_LONGEST)
+  return backoff.grow(RETRY_FIRST, 2, refusals, RETRY_LONGEST)
 end
 
 -- nginx refused a wake (`why`; `dropped`: armed, but never run): the first
