@@ -157,23 +157,17 @@ local host = {}
 -- Something now falls due. A running loop needs nothing: the fd wakes it
 -- when that is due; one that its closed controller dropped is started
 -- again, and that refusal reported.
-function host.earlier(self)
-  local timer = self.ref.timer                  -- alive: it is calling us
-  if timer == nil then return end
+function host.earlier(self, timer)
   if self.driving and is_closed(self.controller) then self.driving = false end
-  if self.driving then return end
+  if self.driving then return true end
   local ok, err = start_loop(self, timer)
-  if not ok then
-    timer:on_earlier(self.on_earlier)           -- forget what it was told: the next arming retries
-    error("hwt.cqueues: cannot start the driver: " .. tostring(err), 0)
-  end
+  if not ok then return nil, "hwt.cqueues: cannot start the driver: " .. tostring(err) end
+  return true
 end
 
 function host.start(self, timer)
   if not timer:next_due() then return true end  -- also what on_earlier compares with
-  local ok, err = start_loop(self, timer)
-  if not ok then return nil, "hwt.cqueues: cannot start the driver: " .. tostring(err) end
-  return true
+  return host.earlier(self, timer)
 end
 
 -- Wakes a waiting loop; the fd leaves every controller. A collected timer

@@ -18,9 +18,13 @@
 -- stopped. A host module gives M.class() its part:
 --   start(driver, timer)        -> true, or nil, err: start driving (the
 --                                  timer is attached, its watcher set);
---   earlier(driver, due_in)     the watcher's work while attached: something
---                                  falls due `due_in` seconds from now,
---                                  earlier than timer:next_due() last said;
+--   earlier(driver, timer, due_in) -> true, or nil, err: the watcher's work
+--                                  while attached: something falls due
+--                                  `due_in` seconds from now, earlier than
+--                                  timer:next_due() last said. On a refusal
+--                                  the watcher forgets what it was told (the
+--                                  next arming asks again) and raises err in
+--                                  the call that armed;
 --   stop_driving(driver, timer) the host's part of letting go (`timer` is nil
 --                                  once collected);
 --   hooks (optional)            what the host does in hwt's place:
@@ -145,7 +149,13 @@ function M.attach(class, timer, driver)
   driver.ref = setmetatable({ timer = timer }, WEAK_VALUES)
   driver.attached = true
   driver.on_earlier = function(due_in)
-    if driver.attached then host.earlier(driver, due_in) end
+    local alive = driver.ref.timer                -- (it is calling this)
+    if not driver.attached or alive == nil then return end
+    local ok, err = host.earlier(driver, alive, due_in)
+    if not ok then
+      alive:on_earlier(driver.on_earlier)
+      error(err, 0)
+    end
   end
   attached[timer] = host.hooks or NO_HOOKS
   timer:on_earlier(driver.on_earlier)

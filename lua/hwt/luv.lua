@@ -173,18 +173,15 @@ end
 -- The host's part of the skeleton (hwt.driver).
 local host = {}
 
--- Something now falls due `due_in` from now.
-function host.earlier(self, due_in)
-  local timer = self.ref.timer                  -- alive: it is calling us
-  if timer == nil then return end
+-- Something now falls due `due_in` from now: a busy period starts, or the
+-- fallback moves earlier.
+function host.earlier(self, timer, due_in)
   if busy[self] == nil then
     local ok, err = go_busy(self, timer)
-    if not ok then
-      timer:on_earlier(self.on_earlier)         -- forget what it was told: the next arming retries
-      error("hwt.luv: cannot start a uv timer: " .. tostring(err), 0)
-    end
+    if not ok then return nil, "hwt.luv: cannot start a uv timer: " .. tostring(err) end
   end
   arm_fallback(self, due_in)
+  return true
 end
 
 function host.start(self, timer)

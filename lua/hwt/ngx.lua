@@ -302,8 +302,9 @@ end
 
 -- An arming made a deadline earlier than the wakes: a wake for it (a poll
 -- under way re-arms when it ends).
-function host.earlier(driver, due_in)
+function host.earlier(driver, _, due_in)
   if not driver.polling then arm(driver, due_in) end
+  return true
 end
 
 -- Stops driving at once: the watch ends; tasks that the same wake handed
