@@ -92,6 +92,7 @@ end
 -- the limit), or memory is short, it raises before stopping anything; once
 -- stopped, it always returns what it stopped.
 function M.stop(self)
+  check_self(self, "stop")
   if next(on_stop) == nil and next(calling) == nil then
     local ended = core_stop(self)
     -- A finalizer that ran inside the core's stop, before it stopped, may
