@@ -13,9 +13,6 @@ local type_name, is_callable, is_timer = checks.type_name, checks.is_callable, c
 local backoff_options, backoff_wait = backoff.options, backoff.wait
 local is_stopped, on_stop, calling = stop.is_stopped, stop.on_stop, stop.calling
 
--- hwt.retry(timer, fn, opts): calls fn(attempt, handle) now; on failure (an
--- error, or a nil/false first result) calls it again after a growing delay
--- (the backoff rules are hwt.backoff's, shared with hwt.jobs).
 local RETRY_CALLBACKS = { on_give_up = true, on_success = true, on_retry = true, random = true }
 
 local function bad_retry_option(key, message)
@@ -49,6 +46,10 @@ function RetryHandle:cancel()
   return true
 end
 
+-- hwt.retry(timer, fn, opts): calls fn(attempt, handle) now; on failure (an
+-- error, or a nil/false first result) calls it again after a growing delay
+-- (the backoff rules are hwt.backoff's, shared with hwt.jobs). A stop of the
+-- timer gives the retry up (hwt.stop's hooks).
 function M.retry(timer, fn, opts)
   if not is_timer(timer) then
     error("bad argument #1 to 'retry' (hwt.Timer expected)", 2)

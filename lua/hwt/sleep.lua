@@ -1,4 +1,6 @@
--- hwt.sleep: timer:sleep(seconds), in a coroutine.
+-- hwt.sleep: timer:sleep(seconds), in a coroutine: a timeout of the timer
+-- resumes it; stop() wakes it (hwt.stop's on_stop); under a host with a sleep
+-- of its own (hwt.ngx), the host's sleep.
 local checks = require("hwt.checks")
 local drivers = require("hwt.driver")
 local stop = require("hwt.stop")
@@ -9,9 +11,6 @@ local is_timer, seconds_arg = checks.is_timer, checks.seconds_arg
 local hooks_of = drivers.hooks_of
 local is_stopped, on_stop = stop.is_stopped, stop.on_stop
 
--- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
--- timer resumes it. Returns true, or nil and a message when the timer refuses
--- (max_pending) or stops. Resuming the coroutine by hand ends the sleep early.
 local function resume_sleeper(co, ...)
   if coroutine.status(co) ~= "suspended" then return end
   local ok, err = coroutine.resume(co, ...)
@@ -60,6 +59,9 @@ local function host_sleep(timer, sleep, seconds)
   return true
 end
 
+-- timer:sleep(seconds): suspends the calling coroutine; a later poll() of the
+-- timer resumes it. Returns true, or nil and a message when the timer refuses
+-- (max_pending) or stops. Resuming the coroutine by hand ends the sleep early.
 function M.sleep(self, seconds)
   if not is_timer(self) then
     error("bad argument #1 to 'sleep' (hwt.Timer expected, got " .. type(self) .. ")", 2)

@@ -1,5 +1,14 @@
 -- hwt.stop: timer:stop() and its hooks: a retry waiting for its next try
--- gives up, a coroutine in timer:sleep() wakes, before stop() returns.
+-- gives up, a coroutine in timer:sleep() wakes, before stop() returns; and
+-- timer:is_stopped().
+--
+-- The hooks, for hwt.sleep and hwt.retry:
+--   on_stop[timeout] = fn    stop() calls fn() when it ends `timeout` (the
+--                            wait of a sleeper, or of a retry's next try);
+--                            the owner clears the entry when the timeout
+--                            fires or is cancelled;
+--   calling[handle] = timer  a retry whose fn is in a call; stop() gives up
+--                            those held in a yield (handle._give_up).
 local core = require("hwt.core")
 local checks = require("hwt.checks")
 
@@ -10,8 +19,8 @@ local report_error, clock_state = internal.report_error, internal.clock_state
 local check_self = checks.check_self
 
 -- timer:is_stopped(): whether stop() was called, or the timer was stopped
--- with its Lua state or collected. What stats().stopped says, without
--- building the table.
+-- with its Lua state or collected (where only a finalizer can reach it).
+-- It builds no table, as stats() does.
 function M.is_stopped(self)
   check_self(self, "is_stopped")
   local _, stopped = clock_state(self)
