@@ -6,6 +6,11 @@
 --       on_exit = function(never_ran) ... end }))
 --   }
 --
+-- attach(timer [, opts]) returns a driver, or nil and a message outside
+-- lua-nginx-module or when nginx refuses the first ngx.timer.at; driver:
+-- detach() stops driving (the surface every driver has: hwt.driver).
+-- start() and driver:stop() are the names hwt 0.2 gave them.
+--
 -- Lua cannot add hwt's fd to nginx's event loop, so the driver keeps one
 -- pending ngx.timer.at (a "wake") armed at timer:next_due(): while nothing is
 -- due, nginx is not woken for hwt. A request that schedules an earlier
@@ -238,7 +243,7 @@ local function run_task(driver, fn)
   end
 end
 
--- What poll()'s spawn raises once a task stopped the driver: poll() gives
+-- What poll()'s spawn raises once a task detached the driver: poll() gives
 -- the timeout back, due, and hands out no more.
 local STOPPED = setmetatable({}, { __tostring = function() return "hwt.ngx: driver stopped" end })
 
