@@ -50,7 +50,7 @@ local type_name, is_callable = checks.type_name, checks.is_callable
 local arg_error, as_number, check_self = checks.arg_error, checks.as_number, checks.check_self
 local seconds_arg = checks.seconds_arg
 local hooks_of = drivers.hooks_of
-local is_stopped = stop.is_stopped
+local is_stopped = stop.stopped
 
 -- ---- the steps the loops share ----------------------------------------------
 

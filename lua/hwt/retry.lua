@@ -11,7 +11,7 @@ local pack = table.pack or function(...) return { n = select("#", ...), ... } en
 local report_error = core.internal.report_error
 local type_name, is_callable, is_timer = checks.type_name, checks.is_callable, checks.is_timer
 local backoff_options, backoff_wait = backoff.options, backoff.wait
-local is_stopped, on_stop, calling = stop.is_stopped, stop.on_stop, stop.calling
+local is_stopped, on_stop, calling = stop.stopped, stop.on_stop, stop.calling
 
 local RETRY_CALLBACKS = { on_give_up = true, on_success = true, on_retry = true, random = true }
 

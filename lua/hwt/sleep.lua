@@ -9,7 +9,7 @@ local M = {}
 
 local is_timer, seconds_arg = checks.is_timer, checks.seconds_arg
 local hooks_of = drivers.hooks_of
-local is_stopped, on_stop = stop.is_stopped, stop.on_stop
+local is_stopped, on_stop = stop.stopped, stop.on_stop
 
 local function resume_sleeper(co, ...)
   if coroutine.status(co) ~= "suspended" then return end

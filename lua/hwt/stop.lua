@@ -18,9 +18,15 @@ local internal = core.internal
 local report_error, clock_state = internal.report_error, internal.clock_state
 local check_self = checks.check_self
 
--- timer:is_stopped(): whether stop() was called, or the timer was stopped
--- with its Lua state or collected (where only a finalizer can reach it).
--- It builds no table, as stats() does.
+-- Whether `timer` (a Timer) is stopped: stop() was called, or the timer was
+-- stopped with its Lua state or collected (where only a finalizer can reach
+-- it). One C call, which builds no table, as stats() does.
+function M.stopped(timer)
+  local _, stopped = clock_state(timer)
+  return stopped
+end
+
+-- timer:is_stopped(): the same, for any value of self.
 function M.is_stopped(self)
   check_self(self, "is_stopped")
   local _, stopped = clock_state(self)
