@@ -53,6 +53,32 @@ function M.check_self(value, fname)
   end
 end
 
+-- Checks the options table `opts`, argument n of fname (nil is {}):
+-- `known[key](value)` returns what is wrong with that option, or nil.
+-- Returns opts.
+function M.check_options(fname, n, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then M.arg_error(fname, n, "table expected, got " .. M.type_name(opts)) end
+  for key, value in pairs(opts) do
+    local check = known[key]
+    if not check then M.arg_error(fname, n, "unknown option '" .. tostring(key) .. "'") end
+    local problem = check(value)
+    if problem then
+      error(("bad option '%s' to '%s' (%s)"):format(key, fname, problem), 3)
+    end
+  end
+  return opts
+end
+
+-- Option checks for check_options: a callable, a function.
+function M.option_callable(value)
+  if not M.is_callable(value) then return "function expected, got " .. M.type_name(value) end
+end
+
+function M.option_function(value)
+  if type(value) ~= "function" then return "function expected, got " .. type(value) end
+end
+
 -- Argument n of fname: seconds, a finite number >= 0.
 function M.seconds_arg(value, n, fname)
   local seconds = M.as_number(value)

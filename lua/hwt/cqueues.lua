@@ -191,7 +191,7 @@ end
 function M.attach(timer, opts)
   local stats = drivers.check_timer("attach", timer)
   local older_form = type(opts) ~= "table"      -- attach(timer, controller)
-  if not older_form then drivers.check_options("attach", opts, OPTIONS) end
+  if not older_form then checks.check_options("attach", 2, opts, OPTIONS) end
   local loaded, err = load_cqueues()
   if not loaded then return nil, err end
   local controller = opts

@@ -59,11 +59,12 @@ function M.release(timer)
   timer:on_earlier(nil)
 end
 
--- ---- the checks of attach() -------------------------------------------------
--- Each is called by attach() itself, and raises for attach()'s caller.
+-- ---- the check of attach()'s timer -----------------------------------------
 
 -- Checks that `timer` can be attached (a running real-clock hwt.Timer with
--- no driver yet); returns its stats.
+-- no driver yet); returns its stats. Called by attach() itself, it raises
+-- for attach()'s caller, as hwt.checks' checks do (attach() checks its opts
+-- with checks.check_options).
 function M.check_timer(fname, timer)
   if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
     arg_error(fname, 1, "hwt.Timer expected, got " .. type_name(timer))
@@ -73,31 +74,6 @@ function M.check_timer(fname, timer)
   if stats.clock == "manual" then arg_error(fname, 1, "timer has a manual clock: drive it with advance()") end
   if attached[timer] then arg_error(fname, 1, "timer is already attached: detach it first") end
   return stats
-end
-
--- Checks attach()'s opts (argument 2; nil is {}): `known[key](value)`
--- returns what is wrong with the option, or nil. Returns opts.
-function M.check_options(fname, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then arg_error(fname, 2, "table expected, got " .. type_name(opts)) end
-  for key, value in pairs(opts) do
-    local check = known[key]
-    if not check then arg_error(fname, 2, "unknown option '" .. tostring(key) .. "'") end
-    local problem = check(value)
-    if problem then
-      error(("bad option '%s' to '%s' (%s)"):format(key, fname, problem), 3)
-    end
-  end
-  return opts
-end
-
--- Option checks for check_options.
-function M.callable(value)
-  if not checks.is_callable(value) then return "function expected, got " .. type_name(value) end
-end
-
-function M.a_function(value)
-  if type(value) ~= "function" then return "function expected, got " .. type(value) end
 end
 
 -- ---- the host's library ---------------------------------------------------

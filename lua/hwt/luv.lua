@@ -58,6 +58,7 @@
 --
 -- Errors: a bad argument raises, naming it. A timer on the manual clock, a
 -- stopped timer and one already attached are bad arguments.
+local checks = require("hwt.checks")
 local drivers = require("hwt.driver")
 
 local M = {}
@@ -72,7 +73,7 @@ local function load_luv()
   return uv
 end
 
-local OPTIONS = { spawn = drivers.callable }
+local OPTIONS = { spawn = checks.option_callable }
 
 -- The timer of each driver in a busy period: what keeps it alive then.
 local busy = {}
@@ -203,7 +204,7 @@ local Driver = drivers.class(host)
 -- attach(timer [, opts]) -> driver, or nil and a message (see above).
 function M.attach(timer, opts)
   local stats = drivers.check_timer("attach", timer)
-  opts = drivers.check_options("attach", opts, OPTIONS)
+  opts = checks.check_options("attach", 2, opts, OPTIONS)
   local loaded, err = load_luv()
   if not loaded then return nil, err end
   local fd, no_thread = timer:fd()

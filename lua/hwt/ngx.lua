@@ -51,6 +51,7 @@
 -- No thread_pool is needed: nothing of hwt's runs in nginx's threads.
 local hwt = require("hwt")
 local backoff = require("hwt.backoff")
+local checks = require("hwt.checks")
 local drivers = require("hwt.driver")
 
 local M = {}
@@ -330,7 +331,7 @@ local function check_concurrency(value)
   if not (value >= 1 and value % 1 == 0) then return "integer >= 1 expected" end
 end
 
-local OPTIONS = { concurrency = check_concurrency, on_exit = drivers.a_function }
+local OPTIONS = { concurrency = check_concurrency, on_exit = checks.option_function }
 
 -- What the driver needs of lua-nginx-module: the semaphore is lua-resty-core's.
 local function load_host()
@@ -365,7 +366,7 @@ end
 local function attach_named(fname)
   return function(timer, opts)
     drivers.check_timer(fname, timer)
-    opts = drivers.check_options(fname, opts, OPTIONS)
+    opts = checks.check_options(fname, 2, opts, OPTIONS)
     local semaphore, err = load_host()
     if not semaphore then return nil, err end
     return drivers.attach(Driver, timer, new_driver(timer, opts, semaphore))
