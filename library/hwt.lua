@@ -131,6 +131,12 @@ function hwt.now() end
 ---@nodiscard
 function hwt.new(opts) end
 
+---Whether `value` is a Timeout, of any timer (what `timeout()` and `every()` return, and what a task gets).
+---@param value any
+---@return boolean
+---@nodiscard
+function hwt.is_timeout(value) end
+
 ---Calls `fn(attempt, handle)` now (before it returns); when it raises or returns nil/false first, calls it again after `min(delay * backoff^(k-1), max_delay)` seconds (± jitter), at most `retries` times, then `on_give_up(err)`.
 ---@param timer hwt.Timer
 ---@param fn fun(attempt: integer, handle: hwt.RetryHandle): any
@@ -217,6 +223,11 @@ function hwt.Timer:timeouts() end
 ---@return hwt.Stats stats
 ---@nodiscard
 function hwt.Timer:stats() end
+
+---Whether the timer is stopped: `stop()` was called, or it was stopped with its Lua state (`stats().stopped`, without building the table).
+---@return boolean stopped
+---@nodiscard
+function hwt.Timer:is_stopped() end
 
 ---Stops the timer; returns the timeouts that never ran, in deadline order, each now cancelled (a second call returns `{}`).
 ---@return hwt.Timeout[] never_ran

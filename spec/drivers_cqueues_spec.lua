@@ -293,7 +293,7 @@ describe("hwt.cqueues", function()
     local timer = hwt.new()
     assert.matches("bad argument #2 to 'attach' %(cqueues controller expected, got nil%)",
                    attach_error(timer))
-    assert.matches("bad argument #2 to 'attach' %(cqueues controller expected, got table%)",
+    assert.matches("bad option 'controller' to 'attach' %(cqueues controller expected, got nil%)",
                    attach_error(timer, {}))
     assert.matches("bad argument #1 to 'attach' %(timer has a manual clock",
                    attach_error(hwt.new({ clock = "manual" }), cq))

@@ -10,7 +10,7 @@
 --     every annotated one exists;
 --   * the same for the methods of hwt.Timer and hwt.Timeout (their method
 --     tables, names starting with "_" skipped), of the retry handle (and its
---     fields), of each driver module and of what its start/attach returns
+--     fields), of each driver module and of the driver its attach returns
 --     (hwt.luv / hwt.cqueues attach for real when luv / cqueues load; the
 --     hwt.ngx driver is started against a stub `ngx`; where the real object
 --     cannot be had, the methods are read from the module's source);
@@ -383,18 +383,30 @@ else
   note("luv does not load here: hwt.luv.Options not tried")
 end
 
-compare_driver("hwt.luv", "hwt.luv.Handle", function(M)
+compare_driver("hwt.luv", "hwt.luv.Driver", function(M)
   local timer = hwt.new()
   local handle, err = M.attach(timer)
   if not handle then timer:stop(); return nil, err end
   return handle, nil, function() handle:detach(); timer:stop() end
 end)
 
-compare_driver("hwt.cqueues", "hwt.cqueues.Handle", function(M)
-  local ok, cqueues = pcall(require, "cqueues")
-  if not ok then return nil, "cqueues does not load" end
+local cqueues_loaded, cqueues = pcall(require, "cqueues")
+if cqueues_loaded then
+  compare_options("hwt.cqueues.Options", { controller = cqueues.new() }, function(key, value)
+    local timer = hwt.new()
+    local ok, handle = pcall(require("hwt.cqueues").attach, timer, { [key] = value })
+    if ok and handle then handle:detach() end
+    timer:stop()
+    return ok, handle
+  end)
+else
+  note("cqueues does not load here: hwt.cqueues.Options not tried")
+end
+
+compare_driver("hwt.cqueues", "hwt.cqueues.Driver", function(M)
+  if not cqueues_loaded then return nil, "cqueues does not load" end
   local timer = hwt.new()
-  local handle, err = M.attach(timer, cqueues.new())
+  local handle, err = M.attach(timer, { controller = cqueues.new() })
   if not handle then timer:stop(); return nil, err end
   return handle, nil, function() handle:detach(); timer:stop() end
 end)
@@ -577,8 +589,8 @@ local compared = {
   ["hwt"] = true, ["hwt.Timer"] = true, ["hwt.Timeout"] = true, ["hwt.Stats"] = true,
   ["hwt.Options"] = true, ["hwt.RetryOptions"] = true, ["hwt.RetryHandle"] = true, ["hwt.TimerTask"] = true,
   ["hwt.ngx"] = true, ["hwt.ngx.Options"] = true, ["hwt.ngx.Driver"] = true,
-  ["hwt.luv"] = true, ["hwt.luv.Options"] = true, ["hwt.luv.Handle"] = true,
-  ["hwt.cqueues"] = true, ["hwt.cqueues.Handle"] = true,
+  ["hwt.luv"] = true, ["hwt.luv.Options"] = true, ["hwt.luv.Driver"] = true,
+  ["hwt.cqueues"] = true, ["hwt.cqueues.Options"] = true, ["hwt.cqueues.Driver"] = true,
   ["hwt.jobs"] = true, ["hwt.jobs.Options"] = true, ["hwt.jobs.RetryOptions"] = true, ["hwt.jobs.Queue"] = true,
   ["hwt.jobs.Job"] = true, ["hwt.jobs.Stats"] = true, ["hwt.jobs.DeadJob"] = true,
 }

@@ -12,20 +12,23 @@ local M = {}
 ---`poll()`'s spawn: each due task runs through `spawn(run)`, e.g. `function(run) coroutine.wrap(run)() end`; without it tasks run inside the uv callback.
 ---@field spawn? hwt.Spawn
 
----What `attach` returns.
----@class hwt.luv.Handle
-local Handle = {}
+---What `attach` returns (every driver has its `detach`).
+---@class hwt.luv.Driver
+local Driver = {}
 
----Drives `timer` from luv's default loop; `nil, err` when luv cannot be loaded. Raises for a manual-clock, stopped or already attached timer.
+---The name these annotations gave `hwt.luv.Driver` before hwt 0.3.
+---@alias hwt.luv.Handle hwt.luv.Driver
+
+---Drives `timer` from luv's default loop; `nil, err` when luv cannot be loaded or `timer:fd()` has no worker thread. Raises for a manual-clock, stopped or already attached timer, and for a bad option.
 ---@param timer hwt.Timer
 ---@param opts? hwt.luv.Options
----@return hwt.luv.Handle|nil handle
+---@return hwt.luv.Driver|nil driver
 ---@return string|nil err
----@overload fun(timer: hwt.Timer): hwt.luv.Handle|nil, string|nil
+---@overload fun(timer: hwt.Timer): hwt.luv.Driver|nil, string|nil
 function M.attach(timer, opts) end
 
----Stops driving: closes the uv handles (in the call) and lets go of the timer; true, then false.
+---Stops driving: closes the uv handles (in the call) and lets go of the timer; running tasks finish, the timer and its timeouts stay as they are; true, then false.
 ---@return boolean detached
-function Handle:detach() end
+function Driver:detach() end
 
 return M

@@ -14,7 +14,7 @@ local M = {}
 ---At a graceful quit (`nginx -s quit`, reload): the timeouts that never ran (the timer is stopped).
 ---@field on_exit? fun(timeouts: hwt.Timeout[])
 
----What `attach` returns.
+---What `attach` returns (every driver has its `detach`).
 ---@class hwt.ngx.Driver
 local Driver = {}
 

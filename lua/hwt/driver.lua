@@ -1,90 +1,54 @@
--- hwt.driver: what hwt.lua, the host drivers and hwt.jobs share: argument
--- checks that name the argument, the backoff rules of hwt.retry, and the one
--- registry of attached timers (a driver owns its timer's on_earlier watcher,
--- so a timer has one driver).
+-- hwt.driver: the host drivers' shared skeleton, and the one registry of
+-- attached timers.
+--
+-- Every driver (hwt.ngx, hwt.luv, hwt.cqueues) has one surface:
+--   require("hwt.<host>").attach(timer, opts) -> driver, or nil, err
+--   driver:detach() -> true, then false
+-- attach() raises for a bad argument (a timer that is not a running
+-- real-clock hwt.Timer, or one already attached; an unknown or bad option),
+-- and returns nil, err when the host refuses (its library does not load, no
+-- worker thread for timer:fd(), its event loop refuses what the driver asks).
+-- detach() stops driving: tasks already running finish; the timer and its
+-- timeouts stay as they are.
+--
+-- A driver owns its timer's on_earlier watcher, so a timer has one driver.
+-- The skeleton attaches (records the timer, sets the watcher, lets the host
+-- start), and lets go (the host stops driving, the record and the watcher
+-- go) on detach(), on a failed start, and when the host sees the timer
+-- stopped. A host module gives M.class() its part:
+--   start(driver, timer)        -> true, or nil, err: start driving (the
+--                                  timer is attached, its watcher set);
+--   earlier(driver, timer, due_in) -> true, or nil, err: the watcher's work
+--                                  while attached: something falls due
+--                                  `due_in` seconds from now, earlier than
+--                                  timer:next_due() last said. On a refusal
+--                                  the watcher forgets what it was told (the
+--                                  next arming asks again) and raises err in
+--                                  the call that armed;
+--   stop_driving(driver, timer) the host's part of letting go (`timer` is nil
+--                                  once collected);
+--   hooks (optional)            what the host does in hwt's place:
+--                                  sleep(seconds) for timer:sleep(), report(err)
+--                                  for a task error on a timer with no
+--                                  on_error. They must not refer to the timer.
+-- A driver refers to its timer weakly (driver.ref.timer): the timer holds
+-- the driver (its watcher) in a place Lua treats as a root while the timer
+-- runs, so a strong reference back would make the timer immortal. A host
+-- that must keep the timer alive (hwt.luv in a busy period, hwt.cqueues
+-- while its coroutine runs, hwt.ngx for as long as nginx runs) holds it.
+local checks = require("hwt.checks")
+
 local M = {}
+
+local type_name, arg_error = checks.type_name, checks.arg_error
+
+-- ---- the registry ---------------------------------------------------------
 
 -- Timers that have a driver attached, each with its host's hooks (weak keys;
 -- a hooks table refers to no timer, so that nothing here keeps a timer
 -- alive, on 5.1 and LuaJIT too, which have no ephemerons).
 local attached = setmetatable({}, { __mode = "k" })
 local NO_HOOKS = {}
-
-function M.type_name(value)
-  local mt = getmetatable(value)
-  return type(mt) == "string" and mt or type(value)
-end
-
-function M.is_callable(value)
-  if type(value) == "function" then return true end
-  local mt = debug.getmetatable(value)
-  return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
-end
-
--- Raises "bad argument #n to 'fname' (message)" for the caller's caller.
-function M.arg_error(fname, n, message)
-  error(("bad argument #%d to '%s' (%s)"):format(n, fname, message), 4)
-end
-
--- Checks that `timer` can be attached (a running real-clock hwt.Timer with
--- no driver yet); returns its stats.
-function M.check_timer(fname, timer)
-  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
-    M.arg_error(fname, 1, "hwt.Timer expected, got " .. M.type_name(timer))
-  end
-  local stats = timer:stats()
-  if stats.stopped then M.arg_error(fname, 1, "timer is stopped") end
-  if stats.clock == "manual" then M.arg_error(fname, 1, "timer has a manual clock: drive it with advance()") end
-  if attached[timer] then M.arg_error(fname, 1, "timer is already attached: detach it first") end
-  return stats
-end
-
--- The backoff rules (hwt.retry's, also hwt.jobs' retries of a failed job).
-local BACKOFF_DEFAULTS = { retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0 }
-
--- Returns the backoff fields of `opts` (numbers or numeric strings, as
--- luaL_checknumber takes them) with the defaults filled in, and `random`
--- (math.random unless given); other keys are the caller's to check.
--- `bad(key, message)` raises the caller's error for a bad field.
-function M.backoff_options(opts, bad)
-  local o = {}
-  for key, default in pairs(BACKOFF_DEFAULTS) do
-    local value = opts[key]
-    local number = tonumber(value)
-    if value == nil then
-      number = default
-    elseif type(value) == "boolean" or number == nil or number ~= number then
-      bad(key, "number expected, got " .. (number ~= number and "nan" or type(value)))
-    end
-    o[key] = number
-  end
-  local problem =
-    not (o.retries == math.huge or (o.retries >= 0 and o.retries % 1 == 0))
-      and { "retries", "must be an integer >= 0 or math.huge" }
-    or o.delay < 0 and { "delay", "must be >= 0" }
-    or o.backoff < 1 and { "backoff", "must be >= 1" }
-    or o.max_delay < 0 and { "max_delay", "must be >= 0" }
-    or not (o.jitter >= 0 and o.jitter <= 1) and { "jitter", "must be between 0 and 1" }
-  if problem then bad(problem[1], problem[2]) end
-  o.random = math.random
-  return o
-end
-
--- Retry k waits min(b * (1 +- jitter), max_delay), b = min(delay *
--- backoff^(k-1), max_delay): max_delay caps the wait after jitter too.
-function M.backoff_wait(o, retry_number)
-  if o.delay == 0 then return 0 end             -- 0 * math.huge would be NaN
-  local wait = math.min(o.delay * o.backoff ^ (retry_number - 1), o.max_delay)
-  if o.jitter > 0 then
-    wait = wait * (1 + o.jitter * (2 * o.random() - 1))
-  end
-  return math.min(wait, o.max_delay)
-end
-
--- Records `timer` as driven. `hooks` (optional) holds what the host does
--- in hwt's place: sleep(seconds) for timer:sleep(), report(err) for a task
--- error on a timer with no on_error. They must not refer to the timer.
-function M.attach(timer, hooks) attached[timer] = hooks or NO_HOOKS end
 
 -- The hooks of the host driving `timer`, or nil when no driver is attached.
 function M.hooks_of(timer) return attached[timer] end
@@ -93,6 +57,107 @@ function M.hooks_of(timer) return attached[timer] end
 function M.release(timer)
   attached[timer] = nil
   timer:on_earlier(nil)
+end
+
+-- ---- the check of attach()'s timer -----------------------------------------
+
+-- Checks that `timer` can be attached (a running real-clock hwt.Timer with
+-- no driver yet); returns its stats. Called by attach() itself, it raises
+-- for attach()'s caller, as hwt.checks' checks do (attach() checks its opts
+-- with checks.check_options).
+function M.check_timer(fname, timer)
+  if type(timer) ~= "userdata" or getmetatable(timer) ~= "hwt.Timer" then
+    arg_error(fname, 1, "hwt.Timer expected, got " .. type_name(timer))
+  end
+  if timer:is_stopped() then arg_error(fname, 1, "timer is stopped") end
+  local stats = timer:stats()
+  if stats.clock == "manual" then arg_error(fname, 1, "timer has a manual clock: drive it with advance()") end
+  if attached[timer] then arg_error(fname, 1, "timer is already attached: detach it first") end
+  return stats
+end
+
+-- ---- the host's library ---------------------------------------------------
+
+-- require(module) for driver `name`: the module, or nil and a message.
+function M.load(name, module)
+  local ok, loaded = pcall(require, module)
+  if not ok then return nil, ("%s: cannot load %s: %s"):format(name, module, tostring(loaded)) end
+  return loaded
+end
+
+-- A driver that waits for timer:fd() also wakes this long, plus one tick,
+-- after the next deadline: cancel() and stop() do not make the fd readable,
+-- and that wake is how it learns that nothing can fall due any more. It
+-- does not come in the normal course: the fd comes first.
+M.FALLBACK_SLACK = 0.005
+
+-- ---- the skeleton -------------------------------------------------------------
+
+-- The methods of every driver.
+local Driver = {}
+
+-- driver:detach(): stops driving; true if this call detached the driver.
+function Driver:detach()
+  if not self.attached then return false end
+  M.let_go(self)
+  return true
+end
+
+-- The metatable of a host's drivers: the methods of every driver, and
+-- `methods` (the host's own, optional). `host`: the host's part (above).
+function M.class(host, methods)
+  local index = {}
+  for name, method in pairs(Driver) do index[name] = method end
+  for name, method in pairs(methods or {}) do index[name] = method end
+  return { __index = index, host = host }
+end
+
+local WEAK_VALUES = { __mode = "v" }
+
+local function host_of(driver) return getmetatable(driver).host end
+
+-- Attaches `driver` (a table of the host's fields) to a checked `timer`,
+-- as a driver of `class`, and lets the host start: the driver, or nil and
+-- the host's message (then nothing stays attached).
+function M.attach(class, timer, driver)
+  local host = class.host
+  setmetatable(driver, class)
+  driver.ref = setmetatable({ timer = timer }, WEAK_VALUES)
+  driver.attached = true
+  driver.on_earlier = function(due_in)
+    local alive = driver.ref.timer                -- (it is calling this)
+    if not driver.attached or alive == nil then return end
+    local ok, err = host.earlier(driver, alive, due_in)
+    if not ok then
+      alive:on_earlier(driver.on_earlier)
+      error(err, 0)
+    end
+  end
+  attached[timer] = host.hooks or NO_HOOKS
+  timer:on_earlier(driver.on_earlier)
+  local started, err = host.start(driver, timer)
+  if not started then
+    M.let_go(driver)
+    return nil, err
+  end
+  return driver
+end
+
+-- Stops driving (once): the host stops, the timer is let go.
+function M.let_go(driver)
+  if not driver.attached then return end
+  driver.attached = false
+  local timer = driver.ref.timer
+  host_of(driver).stop_driving(driver, timer)
+  if timer ~= nil then M.release(timer) end
+end
+
+-- Lets go when `timer` is stopped (a host calls it when it sees the timer
+-- idle); true if it did.
+function M.let_go_if_stopped(driver, timer)
+  if not timer:is_stopped() then return false end
+  M.let_go(driver)
+  return true
 end
 
 return M

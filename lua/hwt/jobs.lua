@@ -24,7 +24,8 @@
 --   {key}:errors  hash, id -> its last error
 --   {key}:dead    sorted set, id -> when it was dead-lettered
 --   {key}:seq     counter for ids and claim tokens
-local checks = require("hwt.driver")
+local checks = require("hwt.checks")
+local backoff = require("hwt.backoff")
 
 local M = {}
 
@@ -385,7 +386,7 @@ local function check_options(opts)
   if opts.retry ~= nil and type(opts.retry) ~= "table" then
     bad_option("retry", "table expected, got " .. type(opts.retry))
   end
-  local retry = checks.backoff_options(opts.retry or {}, function(field, message)
+  local retry = backoff.options(opts.retry or {}, function(field, message)
     bad_option("retry." .. field, message)
   end)
   for field in pairs(opts.retry or {}) do
@@ -644,7 +645,7 @@ local function run_job(_, q, job)
     outcome(q, job, "dead", 0, err)
   else
     q.counts.retried = q.counts.retried + 1
-    outcome(q, job, "retry", checks.backoff_wait(q.retry, job.attempt), err)
+    outcome(q, job, "retry", backoff.wait(q.retry, job.attempt), err)
   end
   settle_soon(q)
   if not ok then
@@ -693,7 +694,7 @@ end
 -- poll_interval.
 local function back_off(q)
   q.failures = q.failures + 1
-  arm(q, math.min(FIRST_RECONNECT_WAIT * 2 ^ (q.failures - 1), q.poll_interval))
+  arm(q, backoff.grow(FIRST_RECONNECT_WAIT, 2, q.failures, q.poll_interval))
 end
 
 -- One round trip: settle `sending` (outcomes), claim what is due and there
@@ -763,7 +764,7 @@ function Queue:start()
   if next(self.handlers) == nil then
     error("hwt.jobs: no handlers: call q:handle(name, fn) before q:start()", 2)
   end
-  if self.timer:stats().stopped then error("hwt.jobs: timer is stopped", 2) end
+  if self.timer:is_stopped() then error("hwt.jobs: timer is stopped", 2) end
   if not self.wake then
     local wake, err = self.timer:timeout(0, pump, self)
     if not wake then return nil, err end

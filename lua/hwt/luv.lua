@@ -2,31 +2,32 @@
 --
 --   local uv, hwt = require("luv"), require("hwt")
 --   local timer = hwt.new()
---   local handle = assert(require("hwt.luv").attach(timer, {
+--   local driver = assert(require("hwt.luv").attach(timer, {
 --     spawn = function(run) coroutine.wrap(run)() end,   -- optional: see below
 --   }))
 --   timer:timeout(0.5, function() print("half a second later") end)
 --   uv.run()                      -- returns once nothing can fall due
 --
--- attach(timer [, opts]) returns a handle, or nil and a message when luv
--- cannot be loaded or timer:fd() cannot start the worker thread. opts.spawn
+-- attach(timer [, opts]) returns a driver, or nil and a message when luv
+-- cannot be loaded or timer:fd() cannot start the worker thread (the surface
+-- every driver has: hwt.driver). opts.spawn
 -- is poll()'s spawn: with it each due task runs through spawn(run), e.g. in
 -- a coroutine of its own, where it may wait for luv I/O by yielding (Lua
 -- 5.2+ and LuaJIT; on 5.1 the yield is the task's error). Without it the
 -- tasks run inside the uv callback, one after another.
 --
--- Like a uv timer, the attachment keeps uv.run() going only while the timer
+-- Like a uv timer, the driver keeps uv.run() going only while the timer
 -- has something that can fall due (timer:next_due() is a number). Then, and
 -- only then, it holds two uv handles of its own:
 --   * a poll handle on timer:fd(): readable while due tasks wait, it runs
 --     timer:poll(nil, opts.spawn);
 --   * a uv timer a little after the next deadline (next_due() plus one tick
---     plus FALLBACK_SLACK), moved on after every poll. It does not fire in the
---     normal course: the fd comes first. It is there because cancel() and
---     stop() do not make the fd readable: after a stop() or the last cancel()
---     made outside the tasks (a task's are seen when it returns), it is how
---     the attachment learns that nothing can fall due any more (so uv.run()
---     lingers at most until that deadline, never for ever).
+--     plus hwt.driver's FALLBACK_SLACK), moved on after every poll. It does
+--     not fire in the normal course: the fd comes first. It is there because
+--     cancel() and stop() do not make the fd readable: after a stop() or the
+--     last cancel() made outside the tasks (a task's are seen when it
+--     returns), it is how the driver learns that nothing can fall due any
+--     more (so uv.run() lingers at most until that deadline, never for ever).
 -- When libuv refuses the poll handle (EEXIST: another poll handle watches the
 -- fd), the uv timer alone drives the timer through that busy period, one
 -- tick and FALLBACK_SLACK late; the next busy period asks for it again.
@@ -35,75 +36,47 @@
 -- handles are closed: uv.run() returns, and uv.loop_close() succeeds. The
 -- next arming that gives the timer something to fall due (timeout(), every())
 -- reopens them at once, from inside that call, through timer:on_earlier()
--- (which the attachment owns: one watcher per timer, so a timer is attached
--- at most once).
+-- (which the driver owns: one watcher per timer, so a timer is attached at
+-- most once).
 --
 -- Lifetime: during a busy period the module holds the timer (as libuv holds
 -- an active handle), so a timer that nothing else refers to still fires.
--- Otherwise the handle refers to its timer weakly: while its uv handles are
+-- Otherwise the driver refers to its timer weakly: while its uv handles are
 -- closed, nothing of libuv's refers to the timer's fd, and an unreferenced
 -- timer (with nothing left that can fall due) may be collected. So a
 -- collected timer never has its fd in libuv (which would abort inside libuv).
 --
--- handle:detach() stops driving: closes the uv handles (the fd leaves libuv
+-- driver:detach() stops driving: closes the uv handles (the fd leaves libuv
 -- at once, in the call), clears on_earlier, lets go of the timer. The timer
--- and its timeouts stay as they are. Returns true, or false when the handle
+-- and its timeouts stay as they are. Returns true, or false when the driver
 -- was detached already. Called from inside a task, the poll that runs the
 -- task still runs the other tasks that were due with it.
--- A stopped timer detaches its attachment when the attachment sees the stop
--- (after the poll or the spawned task that stopped it, else at the fallback).
--- If timer:poll() raises (spawn raised), the attachment detaches and the
--- error goes on to luv, like any callback error (luv prints it and exits).
+-- A stopped timer detaches its driver when the driver sees the stop (after
+-- the poll or the spawned task that stopped it, else at the fallback).
+-- If timer:poll() raises (spawn raised), the driver detaches and the error
+-- goes on to luv, like any callback error (luv prints it and exits).
 --
 -- Errors: a bad argument raises, naming it. A timer on the manual clock, a
 -- stopped timer and one already attached are bad arguments.
-local M = {}
+local checks = require("hwt.checks")
+local drivers = require("hwt.driver")
 
--- After the deadline the fallback waits this long, plus one tick, for the fd.
-local FALLBACK_SLACK = 0.005
+local M = {}
 
 local uv                                      -- luv, once an attach loaded it
 
 local function load_luv()
   if uv then return uv end
-  local ok, loaded = pcall(require, "luv")
-  if not ok then return nil, "hwt.luv: cannot load luv: " .. tostring(loaded) end
+  local loaded, err = drivers.load("hwt.luv", "luv")
+  if not loaded then return nil, err end
   uv = loaded
   return uv
 end
 
-local driver = require("hwt.driver")
-local type_name, arg_error_in = driver.type_name, driver.arg_error
+local OPTIONS = { spawn = checks.option_callable }
 
-local function arg_error(n, message)
-  arg_error_in("attach", n, message)
-end
-
-local function check_timer(timer)
-  return driver.check_timer("attach", timer)
-end
-
-local function check_options(opts)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then arg_error(2, "table expected, got " .. type_name(opts)) end
-  for key, value in pairs(opts) do
-    if key ~= "spawn" then arg_error(2, "unknown option '" .. tostring(key) .. "'") end
-    if not driver.is_callable(value) then
-      error(("bad option 'spawn' to 'attach' (function expected, got %s)"):format(type_name(value)), 3)
-    end
-  end
-  return opts
-end
-
-local Handle = {}
-Handle.__index = Handle
-
--- The timer of each handle in a busy period: what keeps it alive then. A
--- handle itself refers to its timer weakly (self.ref.timer), since the timer
--- holds the handle (its on_earlier watcher) in a place Lua treats as a root
--- while the timer runs: a strong reference back would make it immortal.
+-- The timer of each driver in a busy period: what keeps it alive then.
 local busy = {}
-local WEAK_VALUES = { __mode = "v" }
 
 local function close_uv(h)
   if h and not h:is_closing() then h:close() end
@@ -115,15 +88,6 @@ local function go_idle(self)
   close_uv(self.fallback)
   self.poller, self.fallback = nil, nil
   busy[self] = nil
-end
-
-local function let_go(self)
-  go_idle(self)
-  if not self.attached then return end
-  self.attached = false
-  local timer = self.ref.timer
-  if timer == nil then return end
-  driver.release(timer)
 end
 
 -- The fallback fires `due_in` (plus the slack) from now; it repeats at that
@@ -169,12 +133,12 @@ local function go_busy(self, timer)
 end
 
 -- After a poll: the fallback moves to the next deadline, or the busy period
--- ends (and with a stopped timer, the attachment).
+-- ends (and with a stopped timer, the driver lets go).
 local function settle(self, timer)
-  if busy[self] ~= timer then return end        -- a task detached the handle
+  if busy[self] ~= timer then return end        -- a task detached the driver
   local due_in = timer:next_due()
   if due_in then return arm_fallback(self, due_in) end
-  if timer:stats().stopped then return let_go(self) end
+  if drivers.let_go_if_stopped(self, timer) then return end
   go_idle(self)
 end
 
@@ -196,64 +160,58 @@ function drive(self, err)
   local timer = busy[self]
   if timer == nil then return end
   if err then
-    let_go(self)
+    drivers.let_go(self)
     error("hwt.luv: polling the timer's fd failed: " .. tostring(err), 0)
   end
   local ok, failure = pcall(timer.poll, timer, nil, settling_spawn(self, timer))
   if not ok then
-    let_go(self)
+    drivers.let_go(self)
     error(failure, 0)
   end
   settle(self, timer)
 end
 
--- The timer's on_earlier watcher: something now falls due `due_in` from now.
-local function earlier(self, due_in)
-  local timer = self.ref.timer                  -- alive: it is calling us
-  if not self.attached or timer == nil then return end
+-- The host's part of the skeleton (hwt.driver).
+local host = {}
+
+-- Something now falls due `due_in` from now: a busy period starts, or the
+-- fallback moves earlier.
+function host.earlier(self, timer, due_in)
   if busy[self] == nil then
     local ok, err = go_busy(self, timer)
-    if not ok then
-      timer:on_earlier(self.on_earlier)         -- forget what it was told: the next arming retries
-      error("hwt.luv: cannot start a uv timer: " .. tostring(err), 0)
-    end
+    if not ok then return nil, "hwt.luv: cannot start a uv timer: " .. tostring(err) end
   end
   arm_fallback(self, due_in)
+  return true
 end
 
--- attach(timer [, opts]) -> handle, or nil and a message (see above).
+function host.start(self, timer)
+  local due_in = timer:next_due()               -- also what on_earlier compares with
+  if not due_in then return true end
+  local ok, err = go_busy(self, timer)
+  if not ok then return nil, "hwt.luv: cannot start a uv timer: " .. tostring(err) end
+  arm_fallback(self, due_in)
+  return true
+end
+
+-- Closes the uv handles: the fd leaves libuv at once.
+function host.stop_driving(self)
+  go_idle(self)
+end
+
+local Driver = drivers.class(host)
+
+-- attach(timer [, opts]) -> driver, or nil and a message (see above).
 function M.attach(timer, opts)
-  local stats = check_timer(timer)
-  opts = check_options(opts)
+  local stats = drivers.check_timer("attach", timer)
+  opts = checks.check_options("attach", 2, opts, OPTIONS)
   local loaded, err = load_luv()
   if not loaded then return nil, err end
   local fd, no_thread = timer:fd()
   if not fd then return nil, no_thread end
-  local self = setmetatable({
-    ref = setmetatable({ timer = timer }, WEAK_VALUES), attached = true,
-    fd = fd, spawn = opts.spawn, slack = stats.tick + FALLBACK_SLACK,
-  }, Handle)
-  self.on_earlier = function(due_in) earlier(self, due_in) end
-  driver.attach(timer)
-  timer:on_earlier(self.on_earlier)
-  local due_in = timer:next_due()               -- also what on_earlier compares with
-  if due_in then
-    local ok
-    ok, err = go_busy(self, timer)
-    if not ok then
-      let_go(self)
-      return nil, "hwt.luv: cannot start a uv timer: " .. tostring(err)
-    end
-    arm_fallback(self, due_in)
-  end
-  return self
-end
-
--- Stops driving; true if this call detached the handle.
-function Handle:detach()
-  if not self.attached then return false end
-  let_go(self)
-  return true
+  return drivers.attach(Driver, timer, {
+    fd = fd, spawn = opts.spawn, slack = stats.tick + drivers.FALLBACK_SLACK,
+  })
 end
 
 return M

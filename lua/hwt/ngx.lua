@@ -6,6 +6,11 @@
 --       on_exit = function(never_ran) ... end }))
 --   }
 --
+-- attach(timer [, opts]) returns a driver, or nil and a message outside
+-- lua-nginx-module or when nginx refuses the first ngx.timer.at; driver:
+-- detach() stops driving (the surface every driver has: hwt.driver).
+-- start() and driver:stop() are the names hwt 0.2 gave them.
+--
 -- Lua cannot add hwt's fd to nginx's event loop, so the driver keeps one
 -- pending ngx.timer.at (a "wake") armed at timer:next_due(): while nothing is
 -- due, nginx is not woken for hwt. A request that schedules an earlier
@@ -45,7 +50,9 @@
 -- the worker runs few timers of its own: raise lua_max_running_timers).
 -- No thread_pool is needed: nothing of hwt's runs in nginx's threads.
 local hwt = require("hwt")
-local attachments = require("hwt.driver")
+local backoff = require("hwt.backoff")
+local checks = require("hwt.checks")
+local drivers = require("hwt.driver")
 
 local M = {}
 
@@ -67,15 +74,15 @@ local RETRY_LONGEST = 0.6
 -- wait of 0 returns at once, without yielding.
 local SHORTEST_WAIT = 0.001
 
-local Driver = {}
-Driver.__index = Driver
-
 local function log_error(...)
   ngx.log(ngx.ERR, "hwt.ngx: ", ...)
 end
 
--- The host hooks (hwt.driver): they refer to no timer.
-local hooks = {
+-- The host's part of the skeleton (hwt.driver).
+local host = {}
+
+-- What nginx does in hwt's place: they refer to no timer.
+host.hooks = {
   sleep = function(seconds) ngx.sleep(seconds) end,
   report = function(_, err) ngx.log(ngx.ERR, "hwt: timer task failed: ", tostring(err)) end,
 }
@@ -92,7 +99,7 @@ local function tell_watch(driver, check_at)
 end
 
 local function retry_pause(refusals)
-  return math.min(RETRY_FIRST * 2 ^ (refusals - 1), RETRY_LONGEST)
+  return backoff.grow(RETRY_FIRST, 2, refusals, RETRY_LONGEST)
 end
 
 -- nginx refused a wake (`why`; `dropped`: armed, but never run): the first
@@ -177,14 +184,10 @@ end
 local exit
 
 -- Whether the driver is done: detached, exited, or its timer stopped (the
--- driver then detaches, as hwt.luv's does).
+-- driver then lets go, as every driver does).
 local function is_over(driver)
-  if driver.stopped or driver.exited then return true end
-  if driver.timer:stats().stopped then
-    driver:detach()
-    return true
-  end
-  return false
+  if not driver.attached or driver.exited then return true end
+  return drivers.let_go_if_stopped(driver, driver.timer)
 end
 
 local function watch_loop(premature, driver)
@@ -235,13 +238,13 @@ local function run_task(driver, fn)
   local ok, err = pcall(fn)
   driver.running = driver.running - 1
   if not ok then log_error("task dispatch failed: ", tostring(err)) end
-  if driver.saturated and not driver.stopped and driver.running < driver.concurrency then
+  if driver.saturated and driver.attached and driver.running < driver.concurrency then
     driver.saturated = false
     arm(driver, 0)                 -- a new context: this one may end
   end
 end
 
--- What poll()'s spawn raises once a task stopped the driver: poll() gives
+-- What poll()'s spawn raises once a task detached the driver: poll() gives
 -- the timeout back, due, and hands out no more.
 local STOPPED = setmetatable({}, { __tostring = function() return "hwt.ngx: driver stopped" end })
 
@@ -267,7 +270,7 @@ function exit(driver)
   if driver.exited then return end
   driver.exited = true
   driver.watch.semaphore:post(1)   -- the watch ends: nginx waits for it
-  attachments.release(driver.timer)
+  drivers.release(driver.timer)
   local never_ran = driver.timer:stop()
   if driver.on_exit then
     local ok, err = pcall(driver.on_exit, never_ran)
@@ -277,7 +280,7 @@ end
 
 function on_wake(premature, driver, token)
   driver.wakes[token] = nil
-  if driver.stopped then return end
+  if not driver.attached then return end
   if premature then
     exit(driver)
     -- nginx runs premature wakes outside its loop's pass over posted
@@ -291,44 +294,44 @@ end
 
 -- ---- the surface -------------------------------------------------------------
 
--- driver:detach(): stops driving at once: running tasks finish, tasks that
--- the same wake handed out but did not start yet stay due; the timer and its
--- timeouts stay as they are; on_exit is not called. True, then false.
-function Driver:detach()
-  if self.stopped then return false end
-  self.stopped = true
-  self.watch.semaphore:post(1)     -- the watch ends
-  attachments.release(self.timer)
+-- Starts driving: the watch, and a wake (for the next due time, or the far
+-- one); nil, err when nginx refuses either.
+function host.start(driver)
+  local watching, err = start_watch(driver)
+  if not watching then return nil, "hwt.ngx cannot arm an ngx.timer.at: " .. tostring(err) end
+  rearm(driver)
+  if next(driver.wakes) == nil then
+    return nil, "hwt.ngx cannot arm an ngx.timer.at (see error.log)"
+  end
   return true
 end
 
--- driver:stop(): the name hwt 0.2 gave detach().
-function Driver:stop()
-  return self:detach()
+-- An arming made a deadline earlier than the wakes: a wake for it (a poll
+-- under way re-arms when it ends).
+function host.earlier(driver, _, due_in)
+  if not driver.polling then arm(driver, due_in) end
+  return true
 end
 
-local options = { concurrency = "number", on_exit = "function" }
-
-local function check_options(fname, opts)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then
-    error(("bad argument #2 to '%s' (table expected, got %s)"):format(fname, type(opts)), 3)
-  end
-  for key, value in pairs(opts) do
-    local expected = options[key]
-    if not expected then
-      error(("bad argument #2 to '%s' (unknown option '%s')"):format(fname, tostring(key)), 3)
-    end
-    if type(value) ~= expected then
-      error(("bad option '%s' to '%s' (%s expected, got %s)"):format(key, fname, expected, type(value)), 3)
-    end
-  end
-  local concurrency = opts.concurrency
-  if concurrency ~= nil and not (concurrency >= 1 and concurrency % 1 == 0) then
-    error(("bad option 'concurrency' to '%s' (integer >= 1 expected)"):format(fname), 3)
-  end
-  return opts
+-- Stops driving at once: the watch ends; tasks that the same wake handed
+-- out but did not start yet stay due (spawn refuses them); running tasks
+-- finish; on_exit is not called.
+function host.stop_driving(driver)
+  driver.watch.semaphore:post(1)
 end
+
+local Driver = drivers.class(host, {
+  -- driver:stop(): the name hwt 0.2 gave detach().
+  stop = function(self) return self:detach() end,
+})
+
+-- opts.concurrency: an integer >= 1.
+local function check_concurrency(value)
+  if type(value) ~= "number" then return "number expected, got " .. type(value) end
+  if not (value >= 1 and value % 1 == 0) then return "integer >= 1 expected" end
+end
+
+local OPTIONS = { concurrency = check_concurrency, on_exit = checks.option_function }
 
 -- What the driver needs of lua-nginx-module: the semaphore is lua-resty-core's.
 local function load_host()
@@ -340,41 +343,21 @@ local function load_host()
   return semaphore
 end
 
+-- The fields of a new driver of `timer`.
 local function new_driver(timer, opts, semaphore)
-  local driver = setmetatable({
-    timer = timer,
+  local driver = {
+    timer = timer,                 -- held: nginx's wakes hold the driver for as long as it drives
     concurrency = opts.concurrency or DEFAULT_CONCURRENCY,
     on_exit = opts.on_exit,
     running = 0,
     wakes = {},                    -- token -> hwt.now() it is armed for
     watch = { semaphore = semaphore.new(0), running = false, deadline = math.huge },
-  }, Driver)
+  }
   local spawn = ngx.thread.spawn
   driver.spawn = function(fn)
-    if driver.stopped then error(STOPPED, 0) end
+    if not driver.attached then error(STOPPED, 0) end
     spawn(run_task, driver, fn)
   end
-  return driver
-end
-
--- Starts driving a checked timer: driver, or nil, err.
-local function drive_timer(timer, opts)
-  local semaphore, err = load_host()
-  if not semaphore then return nil, err end
-  local driver = new_driver(timer, opts, semaphore)
-  local watching
-  watching, err = start_watch(driver)
-  if not watching then return nil, "hwt.ngx cannot arm an ngx.timer.at: " .. tostring(err) end
-  timer:on_earlier(function(due_in)
-    if not driver.polling and not driver.stopped then arm(driver, due_in) end
-  end)
-  rearm(driver)
-  if next(driver.wakes) == nil then
-    driver.stopped = true          -- the watch ends when it runs
-    attachments.release(timer)
-    return nil, "hwt.ngx cannot arm an ngx.timer.at (see error.log)"
-  end
-  attachments.attach(timer, hooks)
   return driver
 end
 
@@ -382,9 +365,11 @@ end
 -- level of its caller).
 local function attach_named(fname)
   return function(timer, opts)
-    attachments.check_timer(fname, timer)
-    opts = check_options(fname, opts)
-    return drive_timer(timer, opts)
+    drivers.check_timer(fname, timer)
+    opts = checks.check_options(fname, 2, opts, OPTIONS)
+    local semaphore, err = load_host()
+    if not semaphore then return nil, err end
+    return drivers.attach(Driver, timer, new_driver(timer, opts, semaphore))
   end
 end
 
