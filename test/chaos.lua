@@ -406,8 +406,12 @@ function Book:check_stopped()
         end
       else
         ways = ways + (rec.runs == 1 and 1 or 0)
-        expect(ways == 1, "timer #%d stopped: one-shot #%d (ran %d) ended %d ways (lost if 0)",
-          self.id, rec.id, rec.runs, ways)
+        if ways ~= 1 then
+          local handle = handle_of(rec)
+          fail(("timer #%d stopped (in %s): one-shot #%d (ran %d, action %s, resets %d) ended %d ways (lost if 0); it is %s"):format(
+            self.id, tostring(self.stopped_in), rec.id, rec.runs, rec.action, rec.resets or 0, ways,
+            handle and tostring(handle) or "collected"))
+        end
       end
     end
   end
@@ -891,6 +895,7 @@ local function reset_record(book, rec)
   expect(reset == true, "timeout #%d: reset() of a pending timeout returned %s, %s", rec.id,
     describe(reset), describe(err))
   count("resets")
+  rec.resets = (rec.resets or 0) + 1
 end
 
 -- timer:timeouts() is what pending() counts, in deadline order, none of them
