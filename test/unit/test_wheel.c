@@ -7,7 +7,7 @@
  * exit status is 1 when any case failed.
  *
  * Build: cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -Isrc \
- *           test/test_wheel.c src/wheel.c -o build/test_wheel
+ *           test/unit/test_wheel.c src/wheel.c -o build/test_wheel
  */
 #include "wheel.h"
 #include "splitmix64.h"
