@@ -78,30 +78,30 @@ $(BUILD)/asan/test_%: test/unit/test_%.c $(ENGINE_SRC) $(CORE_HDR) test/unit/spl
 
 # Eight threads, one lua_State each, sharing one engine, under ThreadSanitizer.
 # compat.h is forced into the host for the C API names 5.1 lacks (LUA_OK).
-$(OUT)/tsan/host_threads: test/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
+$(OUT)/tsan/host_threads: test/stress/host_threads.c $(CORE_SRC) $(CORE_HDR) src/hwt.h
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS)
 
 # States closed with live timers (some made during lua_close) while other
 # states keep firing on the shared engine: under ASan+UBSan, and under TSan.
-$(OUT)/asan/close_host: test/close_host.c $(CORE_SRC) $(CORE_HDR)
+$(OUT)/asan/close_host: test/stress/close_host.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS) -ldl
 
-$(OUT)/tsan/close_host: test/close_host.c $(CORE_SRC) $(CORE_HDR)
+$(OUT)/tsan/close_host: test/stress/close_host.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $< $(CORE_SRC) $(LUA_LIBS) -ldl
 
-# The chaos run: test/chaos.lua in many lua_States on four threads sharing
+# The chaos run: test/stress/chaos.lua in many lua_States on four threads sharing
 # engines, under ASan+UBSan and under TSan. As for host_threads, compat.h is
 # forced into the host alone (engine.c must see its own _GNU_SOURCE first).
-$(OUT)/asan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
+$(OUT)/asan/chaos_host: test/stress/chaos_host.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
 
-$(OUT)/tsan/chaos_host: test/chaos_host.c $(CORE_SRC) $(CORE_HDR)
+$(OUT)/tsan/chaos_host: test/stress/chaos_host.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -include src/compat.h -pthread -c -o $@.o $<
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread $(LUA_CFLAGS) -Isrc -pthread -o $@ $@.o $(CORE_SRC) $(LUA_LIBS) -ldl
@@ -118,26 +118,26 @@ $(BUILD)/no_int128/test_engine: test/unit/test_engine.c $(ENGINE_SRC) $(CORE_HDR
 	$(CC) $(WARNINGS) $(CFLAGS) -U__SIZEOF_INT128__ -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
 # Reliability checks (make check).
-$(BUILD)/fuzz_wheel: test/fuzz/fuzz_wheel.c src/wheel.c src/wheel.h
+$(BUILD)/fuzz_wheel: test/stress/fuzz/fuzz_wheel.c src/wheel.c src/wheel.h
 	@mkdir -p $(BUILD)
 	clang $(WARNINGS) -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -o $@ $< src/wheel.c
 
-$(BUILD)/tsan/stress_engine: test/stress_engine.c $(ENGINE_SRC) $(CORE_HDR)
+$(BUILD)/tsan/stress_engine: test/stress/stress_engine.c $(ENGINE_SRC) $(CORE_HDR)
 	@mkdir -p $(BUILD)/tsan
 	$(CC) $(WARNINGS) -O1 -g -fsanitize=thread -Isrc -pthread -o $@ $< $(ENGINE_SRC)
 
-# A pthread_create that always fails, preloaded by test/no_thread_test.lua's run.
-$(BUILD)/no_thread.so: test/no_thread.c
+# A pthread_create that always fails, preloaded by test/stress/no_thread_test.lua's run.
+$(BUILD)/no_thread.so: test/stress/no_thread.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(OUT)/asan/alloc_host: test/alloc_host.c
+$(OUT)/asan/alloc_host: test/stress/alloc_host.c
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) -o $@ $< $(LUA_LIBS)
 
 C_TESTS := $(patsubst test/unit/%.c,%,$(wildcard test/unit/test_*.c))
 CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(OUT)/asan/alloc_host
-# The chaos run's hosts (test/chaos.lua is Lua 5.4 only).
+# The chaos run's hosts (test/stress/chaos.lua is Lua 5.4 only).
 CHAOS_HOSTS := $(OUT)/asan/chaos_host $(OUT)/tsan/chaos_host
 ifeq ($(LUA),lua5.4)
 CHECK_BINARIES += $(CHAOS_HOSTS)
@@ -177,10 +177,10 @@ deps-check:
 	@LUA=$(LUA) HWT_CHECK=1 HWT_BENCH=1 sh test/deps.sh
 
 soak: deps all
-	@$(RUN_ENV) $(LUA) test/soak.lua
+	@$(RUN_ENV) $(LUA) test/stress/soak.lua
 
 # The chaos run alone (CHAOS_SECONDS, CHAOS_ALLOC_SECONDS, CHAOS_TSAN_SECONDS, CHAOS_SEED,
-# CHAOS_SKIP: see test/chaos_host.c), the second time with a collector step at every allocation.
+# CHAOS_SKIP: see test/stress/chaos_host.c), the second time with a collector step at every allocation.
 chaos: deps $(CHAOS_HOSTS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(OUT)/asan/chaos_host
@@ -189,7 +189,7 @@ chaos: deps $(CHAOS_HOSTS)
 	@TSAN_OPTIONS=halt_on_error=1 CHAOS_SECONDS=$${CHAOS_TSAN_SECONDS:-30} $(OUT)/tsan/chaos_host
 
 fuzz: deps all
-	@$(RUN_ENV) $(LUA) test/fuzz/differential.lua
+	@$(RUN_ENV) $(LUA) test/stress/fuzz/differential.lua
 
 # The ASan+UBSan half of `make test` alone.
 asan: deps asan-build

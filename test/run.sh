@@ -116,7 +116,7 @@ for LUA in ${HWT_OTHER_LUAS:-}; do
 done
 LUA=$main_lua
 
-memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/memory.lua)
+memory_scenarios=$(LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/memory.lua)
 
 if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build
@@ -128,7 +128,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
   run_counted "module exports ($LUA)" sh test/exports_test.sh "$OUT/hwt/core.so"
   run_counted "no thread for the worker ($LUA)" env LD_PRELOAD="$PWD/build/no_thread.so" \
-    LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/no_thread_test.lua
+    LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/no_thread_test.lua
   run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
     timeout "$SCRIPT_TIMEOUT" "$LUA" test/jobs_test.lua
 fi
@@ -144,13 +144,13 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   run_busted "$OUT/asan/?.so" "busted specs ($LUA, asan+ubsan)"
   run_examples "$OUT/asan/?.so" "examples ($LUA, asan+ubsan)"
   # shellcheck disable=SC2086
-  run_lua_scripts "$OUT/asan/?.so" "memory scenarios ($LUA, asan+ubsan, leaks)" test/memory.lua $memory_scenarios
+  run_lua_scripts "$OUT/asan/?.so" "memory scenarios ($LUA, asan+ubsan, leaks)" test/stress/memory.lua $memory_scenarios
   SANITIZER_ENV=""
 fi
 
 if [ "${HWT_CHECK:-}" = 1 ]; then
-  run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/fuzz/differential.lua
-  run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/soak.lua
+  run_counted "differential fuzzer" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/fuzz/differential.lua
+  run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/soak.lua
   if [ "$LUA" = lua5.4 ]; then
     run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-25}" "$OUT/asan/chaos_host"
@@ -161,7 +161,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
       CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-30}" "$OUT/tsan/chaos_host"
   fi
   run_counted "engine stress (tsan)" build/tsan/stress_engine
-  run_counted "wheel libFuzzer" sh test/fuzz/run_libfuzzer.sh build/fuzz_wheel
+  run_counted "wheel libFuzzer" sh test/stress/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
   run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
   run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/jobs_nginx_test.sh

@@ -1,4 +1,4 @@
--- alloc_scenario.lua — the Lua half of test/alloc_host.c.
+-- alloc_scenario.lua — the Lua half of test/stress/alloc_host.c.
 --
 -- The host loads this file with its allocator disarmed and gets a table of
 -- three functions:

@@ -20,7 +20,7 @@
  *   mkdir -p build
  *   clang -std=c11 -Wall -Wextra -Wpedantic -Werror -g -O1 \
  *     -fsanitize=fuzzer,address,undefined -Isrc \
- *     test/fuzz/fuzz_wheel.c src/wheel.c -o build/fuzz_wheel
+ *     test/stress/fuzz/fuzz_wheel.c src/wheel.c -o build/fuzz_wheel
  *   build/fuzz_wheel -max_total_time=30 -seed=1 -max_len=4096
  */
 #include <stdbool.h>

@@ -1,8 +1,8 @@
 -- chaos.lua — one random program against require("hwt"), chosen by a seed.
 --
---   lua5.4 test/chaos.lua SEED [OPS [SECONDS]]     (LUA_PATH must find lua/?.lua)
+--   lua5.4 test/stress/chaos.lua SEED [OPS [SECONDS]]     (LUA_PATH must find lua/?.lua)
 --
--- test/chaos_host.c runs it in many lua_States on several threads, under the
+-- test/stress/chaos_host.c runs it in many lua_States on several threads, under the
 -- sanitizers, for make check. The program mixes timers on both clocks (real
 -- ones share engines with the other states of the process), one-shot and
 -- periodic timeouts, cancels, polls nested in tasks down to the C stack

@@ -1,4 +1,4 @@
--- Memory scenarios, one per process: `lua5.4 test/memory.lua NAME`. test/run.sh
+-- Memory scenarios, one per process: `lua5.4 test/stress/memory.lua NAME`. test/run.sh
 -- runs each against the ASan build with leak detection, so a leak or an
 -- invalid access fails it; each also checks its own results.
 local hwt = require("hwt")

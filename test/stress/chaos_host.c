@@ -1,6 +1,6 @@
 /*
  * chaos_host.c — the chaos run. CHAOS_THREADS threads (default 4), each
- * running test/chaos.lua in one fresh lua_State after another, a new seed
+ * running test/stress/chaos.lua in one fresh lua_State after another, a new seed
  * each, for CHAOS_SECONDS (default 60). hwt is linked in statically
  * (hwt_preload), so every state of the process shares the real-clock engines
  * of equal tick and wheel size. Each state is one test case: it fails when
@@ -20,7 +20,7 @@
  * (operations per seed), CHAOS_VERBOSE=1 (a line per seed, Lua warnings,
  * tracebacks), CHAOS_HANG_SECONDS (default 60: a seed that runs or closes
  * longer is reported as a hang and aborts), CHAOS_SCRIPT (default
- * test/chaos.lua); the script reads CHAOS_SKIP, CHAOS_STATS and
+ * test/stress/chaos.lua); the script reads CHAOS_SKIP, CHAOS_STATS and
  * CHAOS_ALLOC_STRESS (a collector step at every allocation) itself. Run
  * from the repository root (package.path gets lua/?.lua). Lua 5.4.
  */
@@ -355,7 +355,7 @@ static double env_number(const char *name, double fallback) {
 }
 
 static void read_config(void) {
-  config.script = getenv("CHAOS_SCRIPT") ? getenv("CHAOS_SCRIPT") : "test/chaos.lua";
+  config.script = getenv("CHAOS_SCRIPT") ? getenv("CHAOS_SCRIPT") : "test/stress/chaos.lua";
   config.first_seed = (long long)env_number("CHAOS_SEED", 1);
   config.ops = (long)env_number("CHAOS_OPS", 0);
   config.one = env_number("CHAOS_ONE", 0) != 0;

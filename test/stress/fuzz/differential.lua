@@ -1,4 +1,4 @@
--- test/fuzz/differential.lua — a differential fuzzer for hwt on the manual clock.
+-- test/stress/fuzz/differential.lua — a differential fuzzer for hwt on the manual clock.
 --
 -- Random operation sequences run against hwt (hwt.new{clock = "manual"}) and,
 -- in lockstep, against a plain reference model written below (a heap of pending
@@ -32,7 +32,7 @@
 -- remaining() (now and then tostring(), timer(), task()).
 --
 -- Usage (from the repository root, after `make all`):
---   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/fuzz/differential.lua
+--   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/stress/fuzz/differential.lua
 -- Knobs (environment):
 --   FUZZ_SEED          first seed (default 1); seeds FUZZ_SEED, FUZZ_SEED+1, ... follow
 --   FUZZ_OPS           total operations (default 1000000); whole seeds run until reached
@@ -1295,7 +1295,7 @@ local function run_seed(seed, trace)
       if recent[s % 8] then lines[#lines + 1] = string.format("    [%d] %s", s, recent[s % 8]) end
     end
     lines[#lines + 1] = string.format("  replay: FUZZ_SEED=%d FUZZ_OPS=1 FUZZ_TRACE=1 "
-      .. "LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/fuzz/differential.lua", seed)
+      .. "LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/stress/fuzz/differential.lua", seed)
     report = table.concat(lines, "\n")
     return false, f.step, report
   end

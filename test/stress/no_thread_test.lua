@@ -1,5 +1,5 @@
 -- What hwt does when the system refuses it a thread: run under the
--- test/no_thread.c shim (LD_PRELOAD), whose pthread_create always fails.
+-- test/stress/no_thread.c shim (LD_PRELOAD), whose pthread_create always fails.
 -- Last line: "no thread: N passed, N failed".
 local hwt = require("hwt")
 local NO_THREAD = "cannot start the timer's worker thread"

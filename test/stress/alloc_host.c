@@ -4,7 +4,7 @@
  * For N = 1, 2, 3, ...: a fresh lua_State whose allocator refuses the Nth
  * allocation (new block or growth) made after arming — and Lua's emergency
  * retry of that same request, so that the refusal really surfaces — runs the
- * scenario of test/alloc_scenario.lua under lua_pcall. The pcall must end
+ * scenario of test/stress/alloc_scenario.lua under lua_pcall. The pcall must end
  * normally or with "not enough memory" (LUA_ERRMEM); never a crash. Then,
  * with the allocator disarmed, the SAME state runs the check (the timers the
  * scenario left behind still work; every timeout ended exactly one way), and
@@ -13,7 +13,7 @@
  * reaches. Last line: "alloc_host: P passed, F failed" (one case per N).
  *
  *   build/alloc_host [-v] [-s] [-n N] [CPATH [LUA_PATH [SCENARIO]]]
- *   defaults: build/lua5.4/?.so  lua/?.lua  test/alloc_scenario.lua   (run from the repo root)
+ *   defaults: build/lua5.4/?.so  lua/?.lua  test/stress/alloc_scenario.lua   (run from the repo root)
  *   -v    do not capture the scenario's stderr; print every case
  *   -s    sticky: after the Nth, refuse every later allocation too (until
  *         disarmed) — the error paths themselves run short of memory
@@ -21,7 +21,7 @@
  *
  * Build and run (from the repository root, after `make all`):
  *   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -g $(pkg-config --cflags lua5.4) \
- *      test/alloc_host.c -o build/alloc_host $(pkg-config --libs lua5.4)
+ *      test/stress/alloc_host.c -o build/alloc_host $(pkg-config --libs lua5.4)
  *   build/alloc_host
  * Under ASan + UBSan (after `make build/lua5.4/asan/hwt/core.so`; Debian's lua is
  * not instrumented, so the runtimes are preloaded, as test/run.sh does):
@@ -349,7 +349,7 @@ static void run_case(unsigned long n, const config *cfg, case_result *out) {
 /* ---- main ----------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-  config cfg = {"build/lua5.4/?.so", "lua/?.lua", "test/alloc_scenario.lua", false, false, 0};
+  config cfg = {"build/lua5.4/?.so", "lua/?.lua", "test/stress/alloc_scenario.lua", false, false, 0};
   int positional = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-v") == 0) {

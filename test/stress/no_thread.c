@@ -1,6 +1,6 @@
 /*
  * no_thread.c — an LD_PRELOAD shim whose pthread_create always fails with
- * EAGAIN, as when a process is at its thread limit: test/no_thread_test.lua
+ * EAGAIN, as when a process is at its thread limit: test/stress/no_thread_test.lua
  * runs under it to see what hwt does when the system refuses its worker.
  */
 #include <errno.h>
