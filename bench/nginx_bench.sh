@@ -22,8 +22,8 @@
 #    request (what ngx.timer.at counts from; see hwt_nginx_bench.lua).
 #
 # The Lua side is bench/nginx/hwt_nginx_bench.lua, the configuration
-# bench/nginx/nginx.conf. The shell side shares test/nginx_lib.sh with
-# test/nginx_test.sh: finding nginx, its Lua module and LuaJIT, building
+# bench/nginx/nginx.conf. The shell side shares test/host/nginx_lib.sh with
+# test/host/nginx_test.sh: finding nginx, its Lua module and LuaJIT, building
 # hwt/core.so for LuaJIT into a mktemp -d prefix, ports, starting and stopping
 # nginx. Listens on 127.0.0.1 only; every nginx it starts is stopped on exit
 # (SIGQUIT, then SIGKILL after 5 s); the whole run is bounded (about 20 s; no
@@ -42,8 +42,8 @@ SPREAD=2
 OFFSET=0.1
 LABEL=nginx_bench
 BUDGET=50
-# shellcheck source=test/nginx_lib.sh
-. "$ROOT/test/nginx_lib.sh"
+# shellcheck source=test/host/nginx_lib.sh
+. "$ROOT/test/host/nginx_lib.sh"
 base=""
 mode=""
 instances=""    # modes started and not yet stopped
@@ -81,7 +81,7 @@ cleanup() {
   remove_prefix
 }
 
-# ---- nginx, its Lua module, LuaJIT's headers (test/nginx_lib.sh) -----------
+# ---- nginx, its Lua module, LuaJIT's headers (test/host/nginx_lib.sh) -----------
 find_nginx_lua
 command -v curl >/dev/null 2>&1 || die "curl not found"
 find_cc_luajit

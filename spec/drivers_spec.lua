@@ -2,7 +2,7 @@
 -- driver, or nil, err; driver:detach() -> true, then false. Against the real
 -- hosts where that is cheap: luv and cqueues (both required here: where one
 -- cannot be loaded, this file fails). hwt.ngx outside nginx: its argument
--- checks, and nil, err for want of lua-nginx-module; test/nginx_test.sh
+-- checks, and nil, err for want of lua-nginx-module; test/host/nginx_test.sh
 -- drives it in a real nginx.
 local uv = require("luv")
 local cqueues = require("cqueues")

@@ -1,9 +1,9 @@
 -- hwt.jobs against a real redis-server started on 127.0.0.1 for this file
--- (test/redis_server.lua): arguments, payloads, handlers, retries and the
+-- (test/host/redis_server.lua): arguments, payloads, handlers, retries and the
 -- dead-letter set, cancel, stop/start, a Redis outage, and the one wake and
 -- one request per poll_interval of an idle worker. The processes, kills and
--- restarts are test/jobs_test.lua's.
-package.path = "test/?.lua;" .. package.path
+-- restarts are test/host/jobs_test.lua's.
+package.path = "test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local jobs = require("hwt.jobs")
 local redis_server = require("redis_server")

@@ -48,8 +48,8 @@ MAKE_TIMEOUT=120
 RUN_MAKE="demo"
 LABEL="doc blocks"
 BUDGET=60            # nginx_lib.sh's; this test sends no request through its get()
-# shellcheck source=test/nginx_lib.sh
-. "$ROOT/test/nginx_lib.sh"
+# shellcheck source=test/host/nginx_lib.sh
+. "$ROOT/test/host/nginx_lib.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hwt-doc-blocks.XXXXXX") || exit 1
 redis_pid=""

@@ -3,7 +3,7 @@
 #   make test:  C tests, busted specs, examples, the README's example, every
 #               code block of the docs (test/doc_blocks_test.sh: nginx ones in a
 #               real nginx when there is one) and
-#               hwt.jobs across worker processes (test/jobs_test.lua: a real
+#               hwt.jobs across worker processes (test/host/jobs_test.lua: a real
 #               redis-server) against the plain build; specs and examples plus memory
 #               scenarios under ASan+UBSan (leak detection on); the
 #               engine's C test under TSan.
@@ -130,7 +130,7 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_counted "no thread for the worker ($LUA)" env LD_PRELOAD="$PWD/build/no_thread.so" \
     LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/no_thread_test.lua
   run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
-    timeout "$SCRIPT_TIMEOUT" "$LUA" test/jobs_test.lua
+    timeout "$SCRIPT_TIMEOUT" "$LUA" test/host/jobs_test.lua
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then
@@ -163,9 +163,9 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "engine stress (tsan)" build/tsan/stress_engine
   run_counted "wheel libFuzzer" sh test/stress/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"
-  run_counted "nginx + lua-nginx-module (luajit)" sh test/nginx_test.sh
-  run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/jobs_nginx_test.sh
-  run_counted "luarocks install (5.4, 5.1)" sh test/luarocks_test.sh
+  run_counted "nginx + lua-nginx-module (luajit)" sh test/host/nginx_test.sh
+  run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/host/jobs_nginx_test.sh
+  run_counted "luarocks install (5.4, 5.1)" sh test/host/luarocks_test.sh
   run_counted "bench smoke" env LUA="$LUA" sh test/bench_smoke.sh
 fi
 

@@ -1,4 +1,4 @@
--- The plain Lua 5.4 half of test/jobs_nginx_test.sh (redis-lua over LuaSocket):
+-- The plain Lua 5.4 half of test/host/jobs_nginx_test.sh (redis-lua over LuaSocket):
 --   lua5.4 plain.lua schedule REDIS_PORT N SPREAD CANCEL  -> into TO_NGINX
 --   lua5.4 plain.lua work REDIS_PORT SECONDS              -> runs TO_PLAIN
 --   lua5.4 plain.lua verify REDIS_PORT to_nginx|to_plain  -> what ran

@@ -1,11 +1,11 @@
--- A worker process for test/jobs_test.lua:
---   lua5.4 test/jobs_worker.lua PORT KEY LEASE LOG
+-- A worker process for test/host/jobs_test.lua:
+--   lua5.4 test/host/jobs_worker.lua PORT KEY LEASE LOG
 -- Runs the jobs named "job" of queue KEY and writes, for each run, a line
 -- "S id start due pid" when the handler starts and "D id" when it ends
 -- (a payload { sleep = s } makes the handler sleep s seconds first)
 -- (line-buffered, so that a SIGKILL loses no finished line). Runs until it
 -- is killed.
-package.path = "lua/?.lua;test/?.lua;" .. package.path
+package.path = "lua/?.lua;test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local jobs = require("hwt.jobs")
 local server = require("redis_server")

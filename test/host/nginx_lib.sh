@@ -1,8 +1,8 @@
 # shellcheck shell=sh
 # Helpers shared by the scripts that start a private nginx with
-# lua-nginx-module (test/nginx_test.sh, test/jobs_nginx_test.sh,
+# lua-nginx-module (test/host/nginx_test.sh, test/host/jobs_nginx_test.sh,
 # bench/nginx_bench.sh). Sourced, not run:
-#   . "$ROOT/test/nginx_lib.sh"
+#   . "$ROOT/test/host/nginx_lib.sh"
 # The script sets before sourcing:
 #   ROOT    the repository's top directory
 #   LABEL   the prefix of the last line, "$LABEL: N passed, N failed"

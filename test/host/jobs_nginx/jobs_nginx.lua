@@ -1,4 +1,4 @@
--- The nginx half of test/jobs_nginx_test.sh. Each worker runs the queue
+-- The nginx half of test/host/jobs_nginx_test.sh. Each worker runs the queue
 -- TO_NGINX (its handler records each run over a lua-resty-redis cosocket) and
 -- schedules into / cancels from TO_PLAIN on request.
 local hwt = require("hwt")

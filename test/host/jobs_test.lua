@@ -9,8 +9,8 @@
 --  2. A job scheduled 5 s ahead survives stopping every worker: new workers
 --     run it, not early, once.
 -- Prints each check and "jobs: N passed, N failed"; exits non-zero on a failure.
---   lua5.4 test/jobs_test.lua        (from the repository's top directory)
-package.path = "lua/?.lua;test/?.lua;" .. package.path
+--   lua5.4 test/host/jobs_test.lua        (from the repository's top directory)
+package.path = "lua/?.lua;test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local jobs = require("hwt.jobs")
 local redis_server = require("redis_server")
@@ -47,7 +47,7 @@ local KEY = "test:jobs"
 local workers = {}
 
 local function spawn_worker(log_path)
-  local command = ("%s test/jobs_worker.lua %d %s %d %s 2>>%s/workers.err & echo $!"):format(
+  local command = ("%s test/host/jobs_worker.lua %d %s %d %s 2>>%s/workers.err & echo $!"):format(
     LUA, server.port, KEY, LEASE, log_path, scratch)
   local pipe = assert(io.popen(command))
   local pid = tonumber(pipe:read("*l"))

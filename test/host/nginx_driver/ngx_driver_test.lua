@@ -1,4 +1,4 @@
--- ngx_driver_test: the handlers of test/nginx_driver/nginx.conf. Each
+-- ngx_driver_test: the handlers of test/host/nginx_driver/nginx.conf. Each
 -- scenario has a timer and a driver of its own, so that one that stalls
 -- stalls no other; each writes its outcome to `results`, read by /report.
 -- The drivers are started with start() and stopped with stop(), the names

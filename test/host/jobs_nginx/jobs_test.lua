@@ -1,5 +1,5 @@
 -- What the nginx side (LuaJIT) and the plain side (Lua 5.4) of
--- test/jobs_nginx_test.sh agree on: the test's own Redis lists, the payload,
+-- test/host/jobs_nginx_test.sh agree on: the test's own Redis lists, the payload,
 -- and the line that records one run of a job.
 local M = {}
 

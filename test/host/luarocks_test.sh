@@ -15,7 +15,7 @@
 #   first tree kept                the 5.1 install changed no file of tree A,
 #                                  and lua5.4 still loads hwt from it
 # The last line is "luarocks: N passed, N failed".
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 # Run as from a shell, not as a child of `make check` (its MAKEFLAGS).
 unset MAKEFLAGS MFLAGS MAKELEVEL
 work=$(mktemp -d "${TMPDIR:-/tmp}/hwt-luarocks.XXXXXX") || exit 1

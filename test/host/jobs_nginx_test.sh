@@ -2,7 +2,7 @@
 # hwt.jobs shared by OpenResty and plain Lua: one Redis queue, used from nginx
 # (lua-resty-redis, each job in a light thread through hwt.ngx) and from a
 # Lua 5.4 process (redis-lua over LuaSocket). Starts a private redis-server
-# and a private nginx (test/jobs_nginx/nginx.conf, two workers) on free
+# and a private nginx (test/host/jobs_nginx/nginx.conf, two workers) on free
 # 127.0.0.1 ports, builds hwt.core for LuaJIT and Lua 5.4 into a scratch
 # prefix, and checks:
 #   1. jobs scheduled by Lua 5.4 run in nginx, each once, none early;
@@ -18,13 +18,13 @@
 # (the C sources, default src/), LUA54 (default lua5.4), HWT_KEEP=1 (keep the
 # scratch prefix). Every wait is bounded; both servers are stopped on exit.
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-HERE=$ROOT/test/jobs_nginx
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$ROOT/test/host/jobs_nginx
 LUA54=${LUA54:-lua5.4}
 LABEL="jobs nginx"
 BUDGET=60
-# shellcheck source=test/nginx_lib.sh
-. "$ROOT/test/nginx_lib.sh"
+# shellcheck source=test/host/nginx_lib.sh
+. "$ROOT/test/host/nginx_lib.sh"
 redis_pid=""
 work_pid=""
 

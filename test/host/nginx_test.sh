@@ -13,12 +13,12 @@
 # Every wait is bounded: curl --max-time 5, and no new request once
 # BUDGET seconds have passed.
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EXAMPLE=$ROOT/examples/nginx
 LABEL=nginx
 BUDGET=90
-# shellcheck source=test/nginx_lib.sh
-. "$ROOT/test/nginx_lib.sh"
+# shellcheck source=test/host/nginx_lib.sh
+. "$ROOT/test/host/nginx_lib.sh"
 
 cleanup() { stop_nginx; remove_prefix; }
 
@@ -234,10 +234,10 @@ fi
 expect_clean_log "error.log has no error/crit/alert/emerg/panic lines"
 
 # ---- hwt.ngx against nginx's limits, and in its tasks (issue 42) ----------------
-# A second nginx (test/nginx_driver/): lua_max_running_timers 16,
+# A second nginx (test/host/nginx_driver/): lua_max_running_timers 16,
 # lua_max_pending_timers 16, worker_connections 64. Its log has nginx's
 # alerts by design; the checks read it line by line.
-DRIVER_DIR=$ROOT/test/nginx_driver
+DRIVER_DIR=$ROOT/test/host/nginx_driver
 LOG=$prefix/logs/error.log
 mv "$LOG" "$prefix/logs/example-error.log"
 driver_up() {
