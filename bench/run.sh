@@ -20,7 +20,7 @@
 #           (timer:timeout(d, on_timeout, conn)) instead of a closure each.
 #   full:  N = 10^6, W5 idles 5 s.   quick: N = 10^5, W5 idles 1 s.
 #   smoke: N = 2x10^4, W5 idles 1 s, W6 fires over 1 s instead of 10: only
-#          shows that every peer runs (test/bench_smoke.sh, in make check).
+#          shows that every peer runs (test/docs/bench_smoke.sh, in make check).
 #   full runs every cell but W5's (an idle count) three times, round robin
 #   over the peers, and reports each figure's median: these VMs are noisy, and
 #   a single W6 round can put hwt on either side of Netty.

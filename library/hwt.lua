@@ -4,7 +4,7 @@
 -- Add this folder to the workspace library to get completion and type checks
 -- for require("hwt") and its drivers, e.g. in .luarc.json:
 --   { "workspace.library": ["path/to/hwt/library"] }
--- Times are seconds as Lua numbers (fractions allowed). test/meta_test.lua
+-- Times are seconds as Lua numbers (fractions allowed). test/docs/meta_test.lua
 -- checks these files against the real modules.
 --
 -- To extend every timer (or timeout), declare the class where you add to it:

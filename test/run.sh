@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs the hwt test suites and prints their total as "N passed, N failed".
 #   make test:  C tests, busted specs, examples, the README's example, every
-#               code block of the docs (test/doc_blocks_test.sh: nginx ones in a
+#               code block of the docs (test/docs/doc_blocks_test.sh: nginx ones in a
 #               real nginx when there is one) and
 #               hwt.jobs across worker processes (test/host/jobs_test.lua: a real
 #               redis-server) against the plain build; specs and examples plus memory
@@ -123,10 +123,10 @@ if [ "${HWT_ONLY:-}" != asan ]; then
   run_c_tests build/no_int128
   run_busted "$OUT/?.so" "busted specs ($LUA)"
   run_examples "$OUT/?.so" "examples ($LUA)"
-  run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/readme_test.sh
-  run_counted "doc blocks ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/doc_blocks_test.sh
-  run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/meta_test.lua
-  run_counted "module exports ($LUA)" sh test/exports_test.sh "$OUT/hwt/core.so"
+  run_counted "README example ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/docs/readme_test.sh
+  run_counted "doc blocks ($LUA)" env LUA="$LUA" HWT_OUT="$OUT" sh test/docs/doc_blocks_test.sh
+  run_counted "LuaLS annotations ($LUA)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/docs/meta_test.lua
+  run_counted "module exports ($LUA)" sh test/docs/exports_test.sh "$OUT/hwt/core.so"
   run_counted "no thread for the worker ($LUA)" env LD_PRELOAD="$PWD/build/no_thread.so" \
     LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/no_thread_test.lua
   run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
@@ -166,7 +166,7 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "nginx + lua-nginx-module (luajit)" sh test/host/nginx_test.sh
   run_counted "hwt.jobs shared by nginx and Lua 5.4" sh test/host/jobs_nginx_test.sh
   run_counted "luarocks install (5.4, 5.1)" sh test/host/luarocks_test.sh
-  run_counted "bench smoke" env LUA="$LUA" sh test/bench_smoke.sh
+  run_counted "bench smoke" env LUA="$LUA" sh test/docs/bench_smoke.sh
 fi
 
 # CI may keep only the end of a long log: name the failing suites just above the total.

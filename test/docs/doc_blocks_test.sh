@@ -37,7 +37,7 @@
 # Environment: LUA, HWT_OUT (as test/run.sh), HWT_DOCS (the files, relative
 # to the repository or absolute; default the three globs above).
 # The last line is "doc blocks: N passed, N failed".
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 LUA=${LUA:-lua5.4}
 OUT=${HWT_OUT:-build/$LUA}

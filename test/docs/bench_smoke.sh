@@ -7,7 +7,7 @@
 # installs all the peers, nor "-" but where a peer lacks the metric), and
 # bench/RESULTS.md is left alone (only full writes it).
 # One test; the last line is "bench smoke: N passed, N failed".
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hwt-bench-smoke.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 results_before=$(cksum < bench/RESULTS.md)

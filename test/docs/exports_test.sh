@@ -2,7 +2,7 @@
 # The Lua module exports its loader and hwt_preload only (src/hwt.h): its
 # engine's names (wheel_insert, tq_schedule, ...) stay inside it, and its own
 # calls bind directly. Checks each hwt/core.so given.
-#   sh test/exports_test.sh build/lua5.4/hwt/core.so ...
+#   sh test/docs/exports_test.sh build/lua5.4/hwt/core.so ...
 passed=0
 failed=0
 expected='hwt_preload luaopen_hwt_core'

@@ -1,6 +1,6 @@
--- test/meta_test.lua: the LuaLS definitions in library/ against the real modules.
+-- test/docs/meta_test.lua: the LuaLS definitions in library/ against the real modules.
 --
---   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/meta_test.lua
+--   LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/docs/meta_test.lua
 --
 -- It reads library/hwt.lua and library/hwt/*.lua (the `---@meta`, `---@class`,
 -- `---@field` lines, `local X = {}` / `a.B = {}` after a class, and the
@@ -45,7 +45,7 @@ end
 
 -- ---- where the library is -------------------------------------------------
 local here = (arg and arg[0] or ""):match("^(.*)[/\\]") or "."
-local root = here:match("^(.*)[/\\]test$") or (here == "test" and ".") or here .. "/.."
+local root = here:match("^(.*)[/\\]test[/\\]docs$") or (here:match("^test[/\\]docs$") and ".") or here .. "/../.."
 local library = root .. "/library"
 
 -- ---- the parser -----------------------------------------------------------

@@ -5,7 +5,7 @@
 # ("It prints"), line for line. Checks, each counted: both blocks are found,
 # the program exits 0, its output is the README's.
 # The last line is "readme example: N passed, N failed".
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 LUA=${LUA:-lua5.4}
 OUT=${HWT_OUT:-build/$LUA}
 work=$(mktemp -d "${TMPDIR:-/tmp}/hwt-readme.XXXXXX") || exit 1
