@@ -1,5 +1,8 @@
 #!/bin/sh
 # Runs the hwt test suites and prints their total as "N passed, N failed".
+# Beside it: unit/ (the C unit tests), stress/ (stress, fuzz and sanitizer
+# hosts), host/ (real nginx, Redis, LuaRocks), docs/ (the docs and packaging
+# checks); deps.sh installs what they need.
 #   make test:  C tests, busted specs, examples, the README's example, every
 #               code block of the docs (test/docs/doc_blocks_test.sh: nginx ones in a
 #               real nginx when there is one) and
