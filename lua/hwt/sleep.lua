@@ -11,15 +11,24 @@ local is_timer, seconds_arg = checks.is_timer, checks.seconds_arg
 local hooks_of = drivers.hooks_of
 local is_stopped, on_stop = stop.stopped, stop.on_stop
 
-local function resume_sleeper(co, ...)
+-- What a wake-up of hwt's resumes a sleeper with: WAKE, the sleep's Timeout,
+-- and why it ends early (nil when it is due). The call of coroutine.resume
+-- can run a collector step, whose finalizer may resume the sleeper by hand
+-- first: to its end (resume then refuses, with exactly that message: an error
+-- from inside the coroutine carries its place), or into another sleep, which
+-- a wake-up naming an earlier sleep's Timeout does not end.
+local WAKE = {}
+local REFUSED_DEAD = "cannot resume dead coroutine"
+
+local function resume_sleeper(co, t, why)
   if coroutine.status(co) ~= "suspended" then return end
-  local ok, err = coroutine.resume(co, ...)
-  if not ok then error(err, 0) end
+  local ok, err = coroutine.resume(co, WAKE, t, why)
+  if not ok and err ~= REFUSED_DEAD then error(err, 0) end
 end
 
 local function wake_sleeper(t, co)
   on_stop[t] = nil
-  resume_sleeper(co, true)
+  resume_sleeper(co, t)
 end
 
 -- Whether the running coroutine could yield here. Lua 5.3+ says so
@@ -81,10 +90,17 @@ function M.sleep(self, seconds)
   local t, err = self:timeout(seconds, wake_sleeper, co)
   if not t then return nil, err end
   if is_stopped(self) then return nil, "timer is stopped" end   -- by a finalizer in timeout()
-  on_stop[t] = function() resume_sleeper(co, nil, "timer is stopped") end
-  local woken, why = coroutine.yield()
+  on_stop[t] = function() resume_sleeper(co, t, "timer is stopped") end
+  local woken, from, why = coroutine.yield()
+  while woken == WAKE and from ~= t do         -- an earlier sleep's wake-up, late
+    woken, from, why = coroutine.yield()
+  end
   if t:cancel() then on_stop[t] = nil end      -- resumed by hand
-  if woken == nil and why then return nil, why end
+  if woken == WAKE then
+    if why then return nil, why end
+    return true
+  end
+  if woken == nil and from then return nil, from end   -- by hand, as (nil, why)
   return woken == true
 end
 

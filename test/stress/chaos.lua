@@ -361,16 +361,19 @@ function Book:cancel(rec, handle)
   handle = handle or handle_of(rec)
   if not handle then return false end
   local ok, cancelled = pcall(handle.cancel, handle)
+  -- The books first, before any call: a call can grow the stack, which can
+  -- run a collector step, whose finalizer may stop the timer and check them.
+  local ended_before = rec.cancelled or rec.returned
+  if ok and cancelled then rec.cancelled = true end
   if not ok then
     if is_stack_error(cancelled) then return false, "refused" end
     fail("cancel() raised: " .. describe(cancelled))
   end
   if cancelled then
-    expect(not rec.cancelled and not rec.returned,
+    expect(not ended_before,
       "timeout #%d: cancel() returned true after it was cancelled or returned by stop()", rec.id)
     expect(rec.periodic or rec.runs == 0, "timeout #%d: cancel() returned true after it ran", rec.id)
     expect(not self.stopped or finished, "timeout #%d: cancel() true on a stopped timer", rec.id)
-    rec.cancelled = true
     rec.cancel_note = ("ran %d, own task %s, depth %d"):format(rec.runs, rec.open > 0 and "running" or "not running", depth)
     count("cancelled")
   end
@@ -435,11 +438,13 @@ end
 
 function Book:stop()
   if self.dropped then return {} end
+  -- Still stopping until the books are marked: a finalizer run meanwhile
+  -- may stop the timer again, and must not check them half marked.
   self.stopping = self.stopping + 1
   local timer = self.timer
   local ok, list = pcall(timer.stop, timer)
-  self.stopping = self.stopping - 1
   if not ok then
+    self.stopping = self.stopping - 1
     if is_own_failure(list) then error(list, 0) end
     if is_stack_error(list) then return {} end   -- refused before stopping anything
     fail(("timer #%d: stop() raised: %s"):format(self.id, describe(list)))
@@ -450,7 +455,10 @@ function Book:stop()
     if call_on_stack(rr) then rr.stopped_in_call = true end
   end
   count(depth > 0 and "stops nested" or "stops")
-  if finished then return list end     -- lua_close may have collected it already
+  if finished then                     -- lua_close may have collected it already
+    self.stopping = self.stopping - 1
+    return list
+  end
   for i = 1, #list do
     local t = list[i]
     local rec = record_of(t)
@@ -466,6 +474,7 @@ function Book:stop()
       expect(self.loose, "timer #%d: stop() returned a timeout the script never scheduled", self.id)
     end
   end
+  self.stopping = self.stopping - 1
   if self.stopping == 0 then self:check_stopped() end
   return list
 end
@@ -683,10 +692,16 @@ end
 
 -- ---- coroutines ------------------------------------------------------------
 
+-- Between the status check and the resume, a finalizer (run by the call's
+-- stack growth) may resume the coroutine to its end: resume() then refuses,
+-- with exactly one of these messages (an error from inside carries its place).
+local REFUSED_RESUME = {
+  ["cannot resume dead coroutine"] = true, ["cannot resume non-suspended coroutine"] = true,
+}
 local function resume(co, ...)
   if coroutine.status(co) ~= "suspended" then return end
   local ok, err = coroutine.resume(co, ...)
-  if ok or is_benign(err) then return end
+  if ok or is_benign(err) or REFUSED_RESUME[err] then return end
   if is_own_failure(err) then error(err, 0) end
   fail("a coroutine raised: " .. describe(err))
 end
