@@ -14,17 +14,9 @@
 #include <string.h>
 
 #include "due_order.h"
+#include "check.h"
 #include "splitmix64.h"
 
-static int checks_failed;
-
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      checks_failed++;                                                \
-    }                                                                 \
-  } while (0)
 
 #define MAX_N 5000
 

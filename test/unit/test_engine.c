@@ -16,20 +16,12 @@
 #include <time.h>
 
 #include "engine.h"
+#include "check.h"
 #include "splitmix64.h"
 
 #define MS UINT64_C(1000000)
 #define TICK_1MS MS
 
-static int checks_failed;
-
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      checks_failed++;                                                \
-    }                                                                 \
-  } while (0)
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
