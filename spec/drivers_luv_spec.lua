@@ -14,21 +14,7 @@ local WATCHDOG = 5                              -- seconds: a loop run longer ha
 local LATE = 1                                  -- loose bound for "returned promptly"
 local LINGER = 0.5                              -- loose bound for "returned soon after that deadline"
 
--- Runs uv.run() under a watchdog. Returns the seconds it took; raises if the
--- watchdog had to end it.
-local function run_loop()
-  local hung = false
-  local watchdog = uv.new_timer()
-  watchdog:start(WATCHDOG * 1000, 0, function() hung = true; uv.stop() end)
-  watchdog:unref()
-  local started = hwt.now()
-  uv.run()
-  local took = hwt.now() - started
-  watchdog:close()
-  uv.run("nowait")                              -- its close callback
-  assert(not hung, "uv.run() hung (watchdog)")
-  return took
-end
+local function run_loop() return support.run_uv_loop(uv, WATCHDOG) end
 
 -- Handles the loop still has (closing ones included).
 local function handles()

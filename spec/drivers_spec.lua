@@ -24,19 +24,7 @@ hosts.luv = {
   module = "hwt.luv",
   new = function() return {} end,
   opts = function() return nil end,
-  run = function()
-    local hung = false
-    local watchdog = uv.new_timer()
-    watchdog:start(WATCHDOG * 1000, 0, function() hung = true; uv.stop() end)
-    watchdog:unref()
-    local started = hwt.now()
-    uv.run()
-    local took = hwt.now() - started
-    watchdog:close()
-    uv.run("nowait")                            -- its close callback
-    assert(not hung, "uv.run() hung (watchdog)")
-    return took
-  end,
+  run = function() return support.run_uv_loop(uv, WATCHDOG) end,
   later = function(_, fn)
     local t = uv.new_timer()
     t:start(10, 0, function() t:close(); fn() end)

@@ -554,4 +554,20 @@ function support.quiet_timer(errors)
   return hwt.new({ tick = 0.005, on_error = function(err) errors[#errors + 1] = tostring(err) end })
 end
 
+-- Runs luv's loop (the module `uv`) under a watchdog of `limit` seconds.
+-- Returns the seconds it took; raises if the watchdog had to end it.
+function support.run_uv_loop(uv, limit)
+  local hung = false
+  local watchdog = uv.new_timer()
+  watchdog:start(limit * 1000, 0, function() hung = true; uv.stop() end)
+  watchdog:unref()
+  local started = hwt.now()
+  uv.run()
+  local took = hwt.now() - started
+  watchdog:close()
+  uv.run("nowait")                              -- its close callback
+  assert(not hung, "uv.run() hung (watchdog)")
+  return took
+end
+
 return support
