@@ -9,7 +9,7 @@
 #      idle_none    nginx + lua-nginx-module, no timer at all (the floor)
 #      idle_recipe  hwt drained by ngx.timer.every(0.01, function(p) if not p
 #                   then timer:poll() end end)  ("today's recipe")
-#      idle_driver  require("hwt.ngx").start(timer)
+#      idle_driver  require("hwt.ngx").attach(timer) (start on hwt 0.2)
 #    The worker's other threads (hwt's engine thread) are counted apart.
 # 2. Lateness (task start - deadline, both by hwt.now(), CLOCK_MONOTONIC) of
 #    N (10,000) timeouts with delays uniform in [0.1, 2.1) s, all scheduled
@@ -27,11 +27,15 @@
 # hwt/core.so for LuaJIT into a mktemp -d prefix, ports, starting and stopping
 # nginx. Listens on 127.0.0.1 only; every nginx it starts is stopped on exit
 # (SIGQUIT, then SIGKILL after 5 s); the whole run is bounded (about 20 s; no
-# new step after BUDGET seconds).
-# Prints two Markdown tables. Exits non-zero when something could not be run.
+# new request after BUDGET seconds).
+# Prints a Markdown table per section. Exits non-zero when something could
+# not be run or looks wrong (never on a timing).
 #
-# Environment: NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE, CC, HWT_SRC (the C
-# sources, default src/), IDLE_SECONDS (5), N (10000), HWT_KEEP=1 (keep the
+# Environment: ONLY (the sections to run, of "idle late"; both by default:
+# ONLY=late runs the second alone), NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE,
+# CC, HWT_SRC (the C sources of hwt/core.so, default src/), HWT_LUA_PATH
+# (where nginx finds hwt.lua and hwt/*.lua, a Lua path, default lua/?.lua; no
+# "|" or "&" in it), IDLE_SECONDS (5), N (10000), HWT_KEEP=1 (keep the
 # scratch prefix), TMPDIR.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,11 +46,14 @@ SPREAD=2
 OFFSET=0.1
 LABEL=nginx_bench
 BUDGET=50
+ONLY=$(echo "${ONLY:-idle late}" | tr ',' ' ')
+HWT_LUA_PATH=${HWT_LUA_PATH:-$ROOT/lua/?.lua}
 # shellcheck source=test/host/nginx_lib.sh
 . "$ROOT/test/host/nginx_lib.sh"
 base=""
 mode=""
-instances=""    # modes started and not yet stopped
+inst=""
+instances=""    # instances started and not yet stopped
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "nginx_bench: $*"; exit 1; }
@@ -55,11 +62,12 @@ die() { say "nginx_bench: $*"; exit 1; }
 # none, so the reason goes to stderr and it exits 1.
 give_up() { die "$1"; }
 now() { date +%s.%N; }
+wants() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 
-# get_from MODE PATH -> body: the lib's get, on MODE's port.
+# get_from INSTANCE PATH -> body: the lib's get, on INSTANCE's port.
 get_from() { port=$(cat "$base/$1/port"); get "$2"; }
 
-stop_instance() {  # stop_instance MODE
+stop_instance() {  # stop_instance INSTANCE
   d=$base/$1
   [ -s "$d/ngx_pid" ] || return 0
   stop "$(cat "$d/ngx_pid")" QUIT
@@ -81,6 +89,13 @@ cleanup() {
   remove_prefix
 }
 
+for s in $ONLY; do
+  case $s in idle | late) ;; *) die "ONLY: no section '$s' (idle, late)" ;; esac
+done
+for v in "$N" "$IDLE_SECONDS"; do
+  case $v in '' | 0 | *[!0-9]*) die "N, IDLE_SECONDS: a whole number > 0, not '$v'" ;; esac
+done
+
 # ---- nginx, its Lua module, LuaJIT's headers (test/host/nginx_lib.sh) -----------
 find_nginx_lua
 command -v curl >/dev/null 2>&1 || die "curl not found"
@@ -91,16 +106,18 @@ base=$prefix
 build_core "$base/lib/hwt/core.so" "$lj_cflags" -ldl ||
   { sed 's/^/    /' "$base/build.log" | head -n 20 >&2; die "hwt.core does not build against LuaJIT"; }
 
-# Each mode's nginx has its own prefix, $base/MODE: the lib's $prefix while
-# start_instance sets it up and starts it, $base otherwise. hwt/core.so is
-# built once, into $base/lib: each MODE/lib links to it (write_conf points
+# Each instance (a mode, or a mode in one round) has its own nginx
+# and prefix, $base/INSTANCE: the lib's $prefix while start_instance sets it
+# up and starts it, $base otherwise. hwt/core.so is built once, into
+# $base/lib: each INSTANCE/lib links to it (write_conf points
 # lua_package_cpath at $prefix/lib).
 # shellcheck disable=SC2317  # instance_up and instance_down: run by start_retrying
 instance_up() {  # for start_retrying: a new port, the configuration, nginx
   # shellcheck disable=SC2119  # no port to avoid
   port=$(pick_port) || { say "no free port"; return 1; }
   echo "$port" >"$prefix/port"
-  write_conf "$BENCH/nginx.conf" -e "s|@MODE@|$mode|g" -e "s|@BENCH_DIR@|$BENCH|g"
+  write_conf "$BENCH/nginx.conf" -e "s|@MODE@|$mode|g" -e "s|@BENCH_DIR@|$BENCH|g" \
+    -e "s|@HWT_LUA_PATH@|$HWT_LUA_PATH|g"
   # This try's lines only: start_retrying looks for "Address already in use",
   # and stop_instance keeps the error lines for the summary.
   : >"$prefix/logs/error.log"
@@ -109,14 +126,15 @@ instance_up() {  # for start_retrying: a new port, the configuration, nginx
   # From here on stop_instance, not stop_nginx, stops it.
   echo "$ngx_pid" >"$prefix/ngx_pid"
   ngx_pid=""
-  instances="$instances $mode"
+  instances="$instances $inst"
   return "$up"
 }
 # shellcheck disable=SC2317
-instance_down() { stop_instance "$mode"; }
+instance_down() { stop_instance "$inst"; }
 
-start_instance() {  # start_instance MODE -> 0 once /pid answers
-  mode=$1
+start_instance() {  # start_instance INSTANCE [MODE (default INSTANCE)] -> 0 once /pid answers
+  inst=$1
+  mode=${2:-$1}
   prefix=$base/$1
   mkdir -p "$prefix/logs" "$prefix/conf" "$prefix/tmp"
   [ -e "$prefix/lib" ] || ln -s ../lib "$prefix/lib"
@@ -149,20 +167,23 @@ other_switches() {
 threads() { set -- /proc/"$1"/task/*; echo "$#"; }
 
 # ---- 1. idle wake-ups ---------------------------------------------------------
-IDLE_MODES="idle_none idle_recipe idle_driver"
+IDLE_MODES=""
+wants idle && IDLE_MODES="idle_none idle_recipe idle_driver"
 for m in $IDLE_MODES; do start_instance "$m" || exit 1; done
 for m in $IDLE_MODES; do
   get_from "$m" "/setup?n=1000&delay=3600" >"$base/$m/setup" || die "$m: /setup failed"
   get_from "$m" /pid >"$base/$m/wpid" || die "$m: /pid failed"
 done
-nap 1    # let the requests' after-effects settle: no request from here on
-for m in $IDLE_MODES; do
-  w=$(cat "$base/$m/wpid")
-  switches "$w" "$w" >"$base/$m/sw0"; other_switches "$w" >"$base/$m/osw0"
-done
-t0=$(now)
-nap "$IDLE_SECONDS"
-t1=$(now)
+if wants idle; then
+  nap 1    # let the requests' after-effects settle: no request from here on
+  for m in $IDLE_MODES; do
+    w=$(cat "$base/$m/wpid")
+    switches "$w" "$w" >"$base/$m/sw0"; other_switches "$w" >"$base/$m/osw0"
+  done
+  t0=$(now)
+  nap "$IDLE_SECONDS"
+  t1=$(now)
+fi
 for m in $IDLE_MODES; do
   w=$(cat "$base/$m/wpid")
   switches "$w" "$w" >"$base/$m/sw1"; other_switches "$w" >"$base/$m/osw1"
@@ -178,7 +199,8 @@ rate() {  # rate MODE FILE0 FILE1 -> per second over the window
 }
 
 # ---- 2. lateness ----------------------------------------------------------------
-LATE_MODES="late_driver late_driver_tick1 late_timer_at"
+LATE_MODES=""
+wants late && LATE_MODES="late_driver late_driver_tick1 late_timer_at"
 for m in $LATE_MODES; do
   start_instance "$m" || exit 1
   get_from "$m" "/schedule?n=$N&spread=$SPREAD&offset=$OFFSET" >"$base/$m/schedule" ||
@@ -197,38 +219,49 @@ for m in $LATE_MODES; do
   stop_instance "$m"
 done
 
-field() {  # field MODE KEY -> value of KEY=value in MODE's /results line
+field() {  # field INSTANCE KEY -> value of KEY=value in INSTANCE's results line
   tr ' ' '\n' <"$base/$1/results" | sed -n "s/^$2=//p"
 }
 
 # ---- the tables ---------------------------------------------------------------
-echo "Idle: 1,000 hwt timeouts pending 1 h ahead, ${IDLE_SECONDS} s with no request (one nginx worker each)."
-echo
-echo "| worker thread | bare nginx (no timer) | today's recipe: ngx.timer.every(0.01) + poll | hwt.ngx |"
-echo "|---|---:|---:|---:|"
-printf '| main thread: wake-ups/s (voluntary + nonvoluntary switches) | %s | %s | %s |\n' \
-  "$(rate idle_none sw0 sw1)" "$(rate idle_recipe sw0 sw1)" "$(rate idle_driver sw0 sw1)"
-printf '| other threads (hwt engine): wake-ups/s | %s | %s | %s |\n' \
-  "$(rate idle_none osw0 osw1)" "$(rate idle_recipe osw0 osw1)" "$(rate idle_driver osw0 osw1)"
-printf '| threads in the worker | %s | %s | %s |\n' \
-  "$(cat "$base/idle_none/threads")" "$(cat "$base/idle_recipe/threads")" "$(cat "$base/idle_driver/threads")"
-echo
-echo "Lateness: $N timeouts, delays uniform in [$OFFSET, $(awk -v a="$OFFSET" -v b="$SPREAD" 'BEGIN{print a+b}')) s, scheduled from one request; start - deadline by hwt.now()."
-echo
-echo "| | hwt.ngx (tick 10 ms, the default) | hwt.ngx (tick 1 ms) | ngx.timer.at |"
-echo "|---|---:|---:|---:|"
-for row in "ran:ran" "early (start < deadline):early" "early by at most, ms:early_max_ms" \
-           "lateness p50, ms:p50_ms" "lateness p99, ms:p99_ms" "lateness max, ms:max_ms" \
-           "scheduling all $N in the request, ms:sched_ms" \
-           "delay counted from nginx's cached clock at the request (+-1 ms): p50, ms:p50c_ms" \
-           "delay counted from nginx's cached clock at the request (+-1 ms): p99, ms:p99c_ms" \
-           "(that cached clock lagged the scheduling loop's start by, ms):stale_ms"; do
-  label=${row%:*}; key=${row##*:}
-  printf '| %s | %s | %s | %s |\n' "$label" "$(field late_driver "$key")" \
-    "$(field late_driver_tick1 "$key")" "$(field late_timer_at "$key")"
+if wants idle; then
+  echo "Idle: 1,000 hwt timeouts pending 1 h ahead, ${IDLE_SECONDS} s with no request (one nginx worker each)."
+  echo
+  echo "| worker thread | bare nginx (no timer) | today's recipe: ngx.timer.every(0.01) + poll | hwt.ngx |"
+  echo "|---|---:|---:|---:|"
+  printf '| main thread: wake-ups/s (voluntary + nonvoluntary switches) | %s | %s | %s |\n' \
+    "$(rate idle_none sw0 sw1)" "$(rate idle_recipe sw0 sw1)" "$(rate idle_driver sw0 sw1)"
+  printf '| other threads (hwt engine): wake-ups/s | %s | %s | %s |\n' \
+    "$(rate idle_none osw0 osw1)" "$(rate idle_recipe osw0 osw1)" "$(rate idle_driver osw0 osw1)"
+  printf '| threads in the worker | %s | %s | %s |\n' \
+    "$(cat "$base/idle_none/threads")" "$(cat "$base/idle_recipe/threads")" "$(cat "$base/idle_driver/threads")"
+  echo
+fi
+if wants late; then
+  echo "Lateness: $N timeouts, delays uniform in [$OFFSET, $(awk -v a="$OFFSET" -v b="$SPREAD" 'BEGIN{print a+b}')) s, scheduled from one request; start - deadline by hwt.now()."
+  echo
+  echo "| | hwt.ngx (tick 10 ms, the default) | hwt.ngx (tick 1 ms) | ngx.timer.at |"
+  echo "|---|---:|---:|---:|"
+  for row in "ran:ran" "early (start < deadline):early" "early by at most, ms:early_max_ms" \
+             "lateness p50, ms:p50_ms" "lateness p99, ms:p99_ms" "lateness max, ms:max_ms" \
+             "scheduling all $N in the request, ms:sched_ms" \
+             "delay counted from nginx's cached clock at the request (+-1 ms): p50, ms:p50c_ms" \
+             "delay counted from nginx's cached clock at the request (+-1 ms): p99, ms:p99c_ms" \
+             "(that cached clock lagged the scheduling loop's start by, ms):stale_ms"; do
+    label=${row%:*}; key=${row##*:}
+    printf '| %s | %s | %s | %s |\n' "$label" "$(field late_driver "$key")" \
+      "$(field late_driver_tick1 "$key")" "$(field late_timer_at "$key")"
+  done
+  echo
+fi
+cmd="sh bench/nginx_bench.sh"
+[ "$ONLY" = "idle late" ] || cmd="ONLY='$ONLY' $cmd"
+for v in "N=$N:10000" \
+         "IDLE_SECONDS=$IDLE_SECONDS:5" "HWT_LUA_PATH=$HWT_LUA_PATH:$ROOT/lua/?.lua" \
+         "HWT_SRC=${HWT_SRC:-$ROOT/src}:$ROOT/src"; do
+  [ "${v%%=*}=${v##*:}" = "${v%:*}" ] || cmd="${v%:*} $cmd"
 done
-echo
-echo "Command: \`sh bench/nginx_bench.sh\` ($(($(date +%s) - started)) s; $("$NGINX" -v 2>&1 | sed 's/.*: //'), LuaJIT $(pkg-config --modversion luajit))"
+echo "Command: \`$cmd\` ($(($(date +%s) - started)) s; $("$NGINX" -v 2>&1 | sed 's/.*: //'), LuaJIT $(pkg-config --modversion luajit))"
 
 # ---- anything odd -------------------------------------------------------------
 status=0

@@ -5,7 +5,8 @@
 --   idle_none    no hwt timer, no ngx timer: the floor of an idle worker
 --   idle_recipe  an hwt timer drained by ngx.timer.every(0.01, poll)
 --                (what examples/nginx used before hwt.ngx)
---   idle_driver  an hwt timer driven by require("hwt.ngx").start(timer)
+--   idle_driver  an hwt timer driven by require("hwt.ngx").attach(timer)
+--                (start on hwt 0.2, which has no attach)
 -- Lateness modes (GET /schedule?n=N&spread=S&offset=O schedules N timeouts,
 -- delays uniform in [O, O+S), from one request; GET /results reports):
 --   late_driver       hwt timeouts through hwt.ngx (each task in a light
@@ -51,7 +52,8 @@ function M.init_worker(mode)
     local timer = M.timer
     assert(ngx.timer.every(0.01, function(p) if not p then timer:poll() end end))
   elseif mode == "idle_driver" or mode == "late_driver" or mode == "late_driver_tick1" then
-    M.driver = assert(require("hwt.ngx").start(M.timer))
+    local driver = require("hwt.ngx")
+    M.driver = assert((driver.attach or driver.start)(M.timer))
   else
     error("unknown mode " .. tostring(mode))
   end
