@@ -1,5 +1,5 @@
 #!/bin/sh
-# hwt in nginx: idle wake-ups and lateness.   sh bench/nginx_bench.sh
+# hwt in nginx: idle wake-ups, lateness, throughput.   sh bench/nginx_bench.sh
 #
 # 1. Idle wake-ups/s of the nginx worker's main thread with 1,000 hwt
 #    timeouts pending an hour ahead (nothing due), over IDLE_SECONDS (5) with
@@ -20,23 +20,43 @@
 #      late_timer_at      one ngx.timer.at per timeout
 #    Also: lateness with each delay counted from nginx's cached clock at the
 #    request (what ngx.timer.at counts from; see hwt_nginx_bench.lua).
+# 3. Throughput (issue 44): in one nginx worker, from ONE request handler
+#    (GET /throughput), TP_N (10^5) timeouts with delays uniform in
+#    [3600, 7200) s and one shared handler, each with its index as argument:
+#      tp_hwt       timer:timeout(d, handler, i), the timer driven by
+#                   require("hwt.ngx").attach(timer) (start on hwt 0.2);
+#                   then all TP_N cancelled (t:cancel(), pseudo-random order)
+#      tp_timer_at  ngx.timer.at(d, handler, i) (lua_max_pending_timers raised
+#                   to fit); it cannot cancel: its TP_N stay pending until the
+#                   SIGQUIT that stops the instance runs them (premature)
+#    Schedule and cancel rates (timeouts/s, timed by hwt.now()); bytes per
+#    pending timeout from the worker's VmRSS (/proc/self/status) and from
+#    collectgarbage("count"), each after a full collection, before and after
+#    scheduling (the arrays the request itself needs are made before);
+#    lateness (start - deadline by hwt.now()) of TP_PROBES (1,000) more
+#    timeouts with delays uniform in [0.1, 1.1) s, scheduled while the TP_N
+#    are pending (the request waits for them with ngx.sleep). TP_ROUNDS (3)
+#    rounds, each a fresh instance per mode, the modes' order alternated by
+#    round; the table shows medians (the ratio: the median of each round's
+#    ratio). About 10 s.
 #
 # The Lua side is bench/nginx/hwt_nginx_bench.lua, the configuration
 # bench/nginx/nginx.conf. The shell side shares test/host/nginx_lib.sh with
 # test/host/nginx_test.sh: finding nginx, its Lua module and LuaJIT, building
 # hwt/core.so for LuaJIT into a mktemp -d prefix, ports, starting and stopping
 # nginx. Listens on 127.0.0.1 only; every nginx it starts is stopped on exit
-# (SIGQUIT, then SIGKILL after 5 s); the whole run is bounded (about 20 s; no
+# (SIGQUIT, then SIGKILL after 5 s); the whole run is bounded (about 25 s; no
 # new request after BUDGET seconds).
 # Prints a Markdown table per section. Exits non-zero when something could
 # not be run or looks wrong (never on a timing).
 #
-# Environment: ONLY (the sections to run, of "idle late"; both by default:
-# ONLY=late runs the second alone), NGINX, NGX_LUA_MODULE, NGX_NDK_MODULE,
-# CC, HWT_SRC (the C sources of hwt/core.so, default src/), HWT_LUA_PATH
-# (where nginx finds hwt.lua and hwt/*.lua, a Lua path, default lua/?.lua; no
-# "|" or "&" in it), IDLE_SECONDS (5), N (10000), HWT_KEEP=1 (keep the
-# scratch prefix), TMPDIR.
+# Environment: ONLY (the sections to run, of "idle late throughput"; all by
+# default: ONLY=throughput runs the third alone), NGINX, NGX_LUA_MODULE,
+# NGX_NDK_MODULE, CC, HWT_SRC (the C sources of hwt/core.so, default src/),
+# HWT_LUA_PATH (where nginx finds hwt.lua and hwt/*.lua, a Lua path, default
+# lua/?.lua; no "|" or "&" in it), IDLE_SECONDS (5), N (10000), TP_N (100000),
+# TP_PROBES (1000), TP_ROUNDS (3), HWT_KEEP=1 (keep the scratch prefix),
+# TMPDIR.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench/nginx
@@ -45,8 +65,11 @@ N=${N:-10000}
 SPREAD=2
 OFFSET=0.1
 LABEL=nginx_bench
-BUDGET=50
-ONLY=$(echo "${ONLY:-idle late}" | tr ',' ' ')
+BUDGET=90
+ONLY=$(echo "${ONLY:-idle late throughput}" | tr ',' ' ')
+TP_N=${TP_N:-100000}
+TP_PROBES=${TP_PROBES:-1000}
+TP_ROUNDS=${TP_ROUNDS:-3}
 HWT_LUA_PATH=${HWT_LUA_PATH:-$ROOT/lua/?.lua}
 # shellcheck source=test/host/nginx_lib.sh
 . "$ROOT/test/host/nginx_lib.sh"
@@ -90,10 +113,10 @@ cleanup() {
 }
 
 for s in $ONLY; do
-  case $s in idle | late) ;; *) die "ONLY: no section '$s' (idle, late)" ;; esac
+  case $s in idle | late | throughput) ;; *) die "ONLY: no section '$s' (idle, late, throughput)" ;; esac
 done
-for v in "$N" "$IDLE_SECONDS"; do
-  case $v in '' | 0 | *[!0-9]*) die "N, IDLE_SECONDS: a whole number > 0, not '$v'" ;; esac
+for v in "$TP_N" "$TP_PROBES" "$TP_ROUNDS" "$N" "$IDLE_SECONDS"; do
+  case $v in '' | 0 | *[!0-9]*) die "TP_N, TP_PROBES, TP_ROUNDS, N, IDLE_SECONDS: a whole number > 0, not '$v'" ;; esac
 done
 
 # ---- nginx, its Lua module, LuaJIT's headers (test/host/nginx_lib.sh) -----------
@@ -106,7 +129,7 @@ base=$prefix
 build_core "$base/lib/hwt/core.so" "$lj_cflags" -ldl ||
   { sed 's/^/    /' "$base/build.log" | head -n 20 >&2; die "hwt.core does not build against LuaJIT"; }
 
-# Each instance (a mode, or a mode in one round) has its own nginx
+# Each instance (a mode, or a mode in one round: tp_hwt_2) has its own nginx
 # and prefix, $base/INSTANCE: the lib's $prefix while start_instance sets it
 # up and starts it, $base otherwise. hwt/core.so is built once, into
 # $base/lib: each INSTANCE/lib links to it (write_conf points
@@ -116,8 +139,12 @@ instance_up() {  # for start_retrying: a new port, the configuration, nginx
   # shellcheck disable=SC2119  # no port to avoid
   port=$(pick_port) || { say "no free port"; return 1; }
   echo "$port" >"$prefix/port"
+  max_pending=16384
+  # tp_timer_at: its TP_N, the probes, room to spare.
+  [ "$mode" != tp_timer_at ] || max_pending=$((TP_N + TP_PROBES + 1024))
+  [ "$max_pending" -ge 16384 ] || max_pending=16384
   write_conf "$BENCH/nginx.conf" -e "s|@MODE@|$mode|g" -e "s|@BENCH_DIR@|$BENCH|g" \
-    -e "s|@HWT_LUA_PATH@|$HWT_LUA_PATH|g"
+    -e "s|@HWT_LUA_PATH@|$HWT_LUA_PATH|g" -e "s|@MAX_PENDING@|$max_pending|g"
   # This try's lines only: start_retrying looks for "Address already in use",
   # and stop_instance keeps the error lines for the summary.
   : >"$prefix/logs/error.log"
@@ -223,6 +250,50 @@ field() {  # field INSTANCE KEY -> value of KEY=value in INSTANCE's results line
   tr ' ' '\n' <"$base/$1/results" | sed -n "s/^$2=//p"
 }
 
+# ---- 3. throughput ----------------------------------------------------------------
+# TP_ROUNDS rounds; in each, a fresh instance per mode, one after the other
+# (tp_hwt first in odd rounds), each answering one GET /throughput.
+TP_INSTANCES=""
+round=1
+while wants throughput && [ "$round" -le "$TP_ROUNDS" ]; do
+  if [ $((round % 2)) = 1 ]; then order="tp_hwt tp_timer_at"; else order="tp_timer_at tp_hwt"; fi
+  for m in $order; do
+    start_instance "${m}_$round" "$m" || exit 1
+    TP_INSTANCES="$TP_INSTANCES ${m}_$round"
+    get_from "${m}_$round" "/throughput?n=$TP_N&delay=3600&spread=3600&probes=$TP_PROBES&poffset=0.1&pspread=1" \
+      >"$base/${m}_$round/results" || die "${m}_$round: /throughput failed"
+    # On SIGQUIT nginx runs tp_timer_at's TP_N pending timers at once, with
+    # premature = true (on_far counts them, nothing more): well under 1 s.
+    stop_instance "${m}_$round"
+  done
+  round=$((round + 1))
+done
+
+median() {  # median: of the numbers on stdin, one a line ("-" for none)
+  sort -g | awk '{ v[NR] = $1 }
+    END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+tp_median() {  # tp_median MODE KEY -> the median over the rounds of KEY
+  for x in $TP_INSTANCES; do
+    case $x in "$1"_[0-9]*) field "$x" "$2" ;; esac
+  done | median
+}
+tp_ratio() {  # tp_ratio KEY -> the median over the rounds of tp_hwt's KEY / tp_timer_at's
+  x=1
+  while [ "$x" -lt "$round" ]; do
+    awk -v a="$(field "tp_hwt_$x" "$1")" -v b="$(field "tp_timer_at_$x" "$1")" \
+      'BEGIN { if (a != "" && b != "" && b + 0 != 0) printf "%.4f\n", a / b }'
+    x=$((x + 1))
+  done | median
+}
+si() {  # si NUMBER -> 1.23 M, 456 k
+  awk -v v="$1" 'BEGIN { if (v == "-") print "-"; else if (v >= 1e6) printf "%.2f M\n", v / 1e6;
+    else if (v >= 1e3) printf "%.0f k\n", v / 1e3; else printf "%.0f\n", v }'
+}
+fixed() {  # fixed DECIMALS NUMBER
+  awk -v d="$1" -v v="$2" 'BEGIN { if (v == "-") print "-"; else printf "%." d "f\n", v }'
+}
+
 # ---- the tables ---------------------------------------------------------------
 if wants idle; then
   echo "Idle: 1,000 hwt timeouts pending 1 h ahead, ${IDLE_SECONDS} s with no request (one nginx worker each)."
@@ -254,9 +325,33 @@ if wants late; then
   done
   echo
 fi
+if wants throughput; then
+  echo "Throughput: $TP_N timeouts 1-2 h ahead, one shared handler, scheduled (hwt: then cancelled) from one request in one nginx worker; medians of $TP_ROUNDS rounds, a fresh nginx each round."
+  echo
+  echo "| | hwt.ngx: timer:timeout(d, handler, i) | ngx.timer.at(d, handler, i) | hwt / ngx.timer.at |"
+  echo "|---|---:|---:|---:|"
+  printf '| schedule rate, timeouts/s | %s | %s | %s |\n' "$(si "$(tp_median tp_hwt sched_rate)")" \
+    "$(si "$(tp_median tp_timer_at sched_rate)")" "$(fixed 2 "$(tp_ratio sched_rate)")"
+  printf '| cancel rate, timeouts/s | %s | cannot cancel | - |\n' "$(si "$(tp_median tp_hwt cancel_rate)")"
+  printf '| bytes per pending timeout: worker RSS (VmRSS) | %s | %s | %s |\n' "$(fixed 0 "$(tp_median tp_hwt rss_b)")" \
+    "$(fixed 0 "$(tp_median tp_timer_at rss_b)")" "$(fixed 2 "$(tp_ratio rss_b)")"
+  printf '| bytes per pending timeout: Lua heap (collectgarbage("count")) | %s | %s | %s |\n' \
+    "$(fixed 0 "$(tp_median tp_hwt heap_b)")" "$(fixed 0 "$(tp_median tp_timer_at heap_b)")" \
+    "$(fixed 2 "$(tp_ratio heap_b)")"
+  for row in "p50:p50_ms" "p99:p99_ms" "max:max_ms"; do
+    label=${row%:*}; key=${row##*:}
+    printf '| lateness %s, ms: %s timeouts due in [0.1, 1.1) s, %s pending | %s | %s | - |\n' "$label" \
+      "$TP_PROBES" "$TP_N" "$(fixed 2 "$(tp_median tp_hwt "$key")")" "$(fixed 2 "$(tp_median tp_timer_at "$key")")"
+  done
+  printf '| of those, started early (by hwt.now()) | %s | %s | - |\n' \
+    "$(tp_median tp_hwt pearly)" "$(tp_median tp_timer_at pearly)"
+  echo
+  echo "hwt.ngx at hwt.new()'s default tick (10 ms). Rates timed by hwt.now() around each loop; bytes: the change over scheduling, each reading after a full collection, / $TP_N. ngx.timer.at counts a delay in whole milliseconds from nginx's cached clock (updated just before the $TP_PROBES here): they may start early by up to about 1 ms plus the time their scheduling loop took."
+  echo
+fi
 cmd="sh bench/nginx_bench.sh"
-[ "$ONLY" = "idle late" ] || cmd="ONLY='$ONLY' $cmd"
-for v in "N=$N:10000" \
+[ "$ONLY" = "idle late throughput" ] || cmd="ONLY='$ONLY' $cmd"
+for v in "TP_ROUNDS=$TP_ROUNDS:3" "TP_PROBES=$TP_PROBES:1000" "TP_N=$TP_N:100000" "N=$N:10000" \
          "IDLE_SECONDS=$IDLE_SECONDS:5" "HWT_LUA_PATH=$HWT_LUA_PATH:$ROOT/lua/?.lua" \
          "HWT_SRC=${HWT_SRC:-$ROOT/src}:$ROOT/src"; do
   [ "${v%%=*}=${v##*:}" = "${v%:*}" ] || cmd="${v%:*} $cmd"
@@ -278,7 +373,29 @@ for m in $LATE_MODES; do
   [ "$(field "$m" early)" = 0 ] || say "note: $m started $(field "$m" early) tasks before their deadline"
   [ "$(field "$m" twice)" = 0 ] || { say "odd: $m started $(field "$m" twice) tasks twice"; status=1; }
 done
-for m in $IDLE_MODES $LATE_MODES; do
+odd() { say "odd: $m: $*"; status=1; }
+for m in $TP_INSTANCES; do
+  case $(cat "$base/$m/results") in
+    done*) ;;
+    *) odd "$(cat "$base/$m/results")"; continue ;;
+  esac
+  [ "$(field "$m" refused)" = 0 ] ||
+    odd "nginx refused $(field "$m" refused) of $TP_N ($(field "$m" refusal)); the rates count the rest"
+  [ "$(field "$m" pending)" = "$TP_N" ] || odd "$(field "$m" pending) of $TP_N pending after scheduling"
+  [ "$(field "$m" far_fired)" = 0 ] || odd "$(field "$m" far_fired) of the far timeouts ran"
+  [ "$(field "$m" pran)" = "$TP_PROBES" ] ||
+    odd "$(field "$m" pran) of $TP_PROBES probes ran ($(field "$m" prefused) refused) within the wait"
+  [ "$(field "$m" ptwice)" = 0 ] || odd "$(field "$m" ptwice) probes ran twice"
+  case $m in
+    tp_hwt_*)
+      [ "$(field "$m" pearly)" = 0 ] || odd "$(field "$m" pearly) probes started before their deadline"
+      [ "$(field "$m" cancelled)" = "$TP_N" ] || odd "cancelled $(field "$m" cancelled) of $TP_N"
+      [ "$(field "$m" pending_after)" = 0 ] || odd "$(field "$m" pending_after) pending after the cancels" ;;
+    *)
+      [ "$(field "$m" pearly)" = 0 ] || say "note: $m started $(field "$m" pearly) probes before their deadline" ;;
+  esac
+done
+for m in $IDLE_MODES $LATE_MODES $TP_INSTANCES; do
   [ -f "$base/$m/stop" ] && status=1
   if [ -s "$base/$m/bad" ]; then
     say "odd: $m error.log:"; head -n 5 "$base/$m/bad" | sed 's/^/    /' >&2; status=1
