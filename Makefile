@@ -242,7 +242,8 @@ bench-wake: bench-deps all
 	  LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);build/floor/$(LUA)/?.so;;' $(LUA) bench/wake.lua $$mode; \
 	  done; done
 
-# hwt.ngx against ngx.timer.every polling and ngx.timer.at (bench/README.md).
+# hwt.ngx against ngx.timer.every polling and ngx.timer.at: idle wake-ups,
+# lateness, throughput (bench/README.md; ONLY=throughput runs one section).
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
@@ -270,6 +271,6 @@ help:
 	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
 	@echo "make bench-contract  hwt against the contract's floor (the API's Lua-side work alone)"
 	@echo "make bench-wake  CPU per wake-up: the floor, timer:run(), a wait()/poll() loop"
-	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness vs ngx.timer.at"
+	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness, throughput vs ngx.timer.at"
 	@echo "make bench-jobs  hwt.jobs on Redis vs a ZRANGEBYSCORE polling loop"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"
