@@ -12,7 +12,8 @@
 void slot_arena_init(slot_arena *a) { memset(a, 0, sizeof *a); }
 
 void slot_arena_free(slot_arena *a) {
-  for (uint32_t i = 0; i < a->count; i++) free(a->chunks[i]);
+  for (uint32_t i = 0; i < a->block_count; i++) free(a->blocks[i]);
+  free(a->blocks);
   free(a->chunks);
   free(a->resume_gen);
   free(a->vacant);
@@ -78,13 +79,47 @@ static bool take_index(slot_arena *a, uint32_t *index) {
   return true;
 }
 
+/* A new block of chunks. Each chunk must be aligned to its size (a slot
+ * finds its chunk by masking its address): one chunk more than the block's
+ * is allocated, and the first aligned address used. An aligned_alloc per
+ * chunk would cost glibc a page beside each. */
+static bool add_block(slot_arena *a) {
+  if (a->block_count == a->block_capacity) {
+    uint32_t capacity = a->block_capacity ? 2 * a->block_capacity : DIRECTORY_MIN;
+    void **blocks = realloc(a->blocks, capacity * sizeof *blocks);
+    if (!blocks) return false;
+    a->blocks = blocks;
+    a->block_capacity = capacity;
+  }
+  void *block = malloc((SLOT_BLOCK_CHUNKS + 1) * SLOT_CHUNK_BYTES);
+  if (!block) return false;
+  a->blocks[a->block_count++] = block;
+  uintptr_t first = ((uintptr_t)block + SLOT_CHUNK_BYTES - 1) & ~(uintptr_t)(SLOT_CHUNK_BYTES - 1);
+  a->next_in_block = (slot_chunk *)first;
+  a->block_chunks_left = SLOT_BLOCK_CHUNKS;
+  return true;
+}
+
+/* A chunk's memory: a spare one, or the next of the last block. */
+static slot_chunk *take_chunk_memory(slot_arena *a) {
+  slot_chunk *chunk = a->spare;
+  if (chunk) {
+    a->spare = chunk->record.next_of_owner;
+    return chunk;
+  }
+  if (!a->block_chunks_left && !add_block(a)) return NULL;
+  a->block_chunks_left--;
+  return a->next_in_block++;
+}
+
 /* A directory entry whose generations ran out is never used again. */
 static void vacate(slot_arena *a, slot_chunk *chunk) {
   uint32_t index = chunk->record.index;
   a->chunks[index] = NULL;
   a->resume_gen[index] = chunk->record.next_gen;
   if (chunk->record.next_gen) a->vacant[a->vacant_count++] = index;
-  free(chunk);
+  chunk->record.next_of_owner = a->spare;
+  a->spare = chunk;
 }
 
 static void give_free_slots(slot_owner *owner, slot_chunk *chunk) {
@@ -99,7 +134,7 @@ static void give_free_slots(slot_owner *owner, slot_chunk *chunk) {
 static bool add_chunk(slot_arena *a, slot_owner *owner) {
   uint32_t index;
   if (!take_index(a, &index)) return false;
-  slot_chunk *chunk = aligned_alloc(SLOT_CHUNK_BYTES, SLOT_CHUNK_BYTES);
+  slot_chunk *chunk = take_chunk_memory(a);
   if (!chunk) {
     a->vacant[a->vacant_count++] = index;
     return false;

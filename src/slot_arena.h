@@ -12,7 +12,10 @@
  * back, even when the chunk's memory is freed and its place in the directory
  * reused (the counter's next value is kept there); a chunk whose counter
  * would wrap hands out no more slots. Memory: 65 B a slot (64, and the
- * chunk's record shared by 63), plus 16 B a chunk in the directory.
+ * chunk's record shared by 63), plus 16 B a chunk in the directory. Chunks
+ * come from blocks of SLOT_BLOCK_CHUNKS, and a freed chunk's memory is kept
+ * for the next chunk: the arena holds what its timers held at their most,
+ * until slot_arena_free.
  *
  * Lifetime: a slot is FREE, RESERVED (handed out, not yet armed) or LIVE
  * (armed once: the engine may hold it, or drains that took it may). It goes
@@ -29,6 +32,7 @@
 
 #include "engine.h"
 
+#define SLOT_BLOCK_CHUNKS 64   /* 256 KiB a block */
 #define SLOT_CHUNK_BITS 6
 #define SLOT_CHUNK_SIZE (1u << SLOT_CHUNK_BITS)     /* slots[0] is the chunk's record */
 /* A slot's number is its chunk's index * SLOT_CHUNK_SIZE + its place (1..63),
@@ -78,6 +82,10 @@ typedef struct slot_arena {
   uint32_t *resume_gen;         /* a freed chunk's next_gen, for the next chunk in its place */
   uint32_t *vacant;             /* directory indexes whose chunk was freed */
   uint32_t count, capacity, vacant_count;
+  void **blocks;                /* the memory chunks come from (see take_chunk_memory) */
+  uint32_t block_count, block_capacity, block_chunks_left;
+  slot_chunk *next_in_block;    /* the next chunk the last block has not handed out */
+  slot_chunk *spare;            /* freed chunks, linked through record.next_of_owner */
 } slot_arena;
 
 void slot_arena_init(slot_arena *a);
