@@ -511,7 +511,7 @@ function Queue:handle(name, handler)
   return self
 end
 
-local arm
+local arm, pump
 
 -- Returns the job's id (a string); or nil, a message and "refused" (nothing
 -- was written) or "unknown" (it may have been: schedule again with the same
@@ -575,12 +575,26 @@ function Queue:requeue(id, delay)
   return moved == 1
 end
 
+-- Re-arms the wake: a reset, or on LuaJIT, where a Timeout that ended
+-- cannot be reset, a new wake. Returns what reset() returns; raises once the
+-- timer stopped.
+local function rearm(q, delay)
+  local ok, armed, refusal = pcall(q.wake.reset, q.wake, delay)
+  if ok or q.timer:is_stopped() then
+    if not ok then error(armed, 0) end
+    return armed, refusal
+  end
+  local wake, err = q.timer:timeout(delay, pump, q)
+  if wake then q.wake = wake end
+  return wake and true, err
+end
+
 -- Arms the wake `delay` seconds from now, unless it is armed earlier already.
 function arm(q, delay)
   local at = q.timer:now() + delay
   if at >= q.wake_at then return end
   q.wake_at = at
-  local ok, armed, refusal = pcall(q.wake.reset, q.wake, delay)
+  local ok, armed, refusal = pcall(rearm, q, delay)
   if not ok then
     q.wake, q.stopped = nil, true         -- the timer stopped: so does the queue
   elseif not armed then
@@ -601,8 +615,6 @@ local function outcome(q, job, kind, wait, err)
   local list = q.outcomes
   list[#list + 1] = { job.id, job._token, kind, micro(wait), err and tostring(err) or "" }
 end
-
-local pump
 
 -- The last job of a batch asks Redis for the next batch at once; the others
 -- leave it to the wake (one round trip for the outcomes of many jobs).
