@@ -16,6 +16,12 @@ for name, value in pairs(core) do hwt[name] = value end
 hwt.internal = nil                              -- the Lua layer's own: not hwt's API
 
 local Timer = core.Timer
+if core.internal.ffi_abi then                     -- LuaJIT: Timeouts are cdata (hwt.jit)
+  local jit_timeouts = require("hwt.jit")
+  hwt.Timeout = jit_timeouts.Timeout
+  hwt.now = jit_timeouts.now
+  for name, method in pairs(jit_timeouts.timer_methods) do Timer[name] = method end
+end
 Timer.poll, Timer.run, Timer.advance, Timer.run_for = dispatch.poll, dispatch.run, dispatch.advance, dispatch.run_for
 Timer.stop, Timer.is_stopped = stop.stop, stop.is_stopped
 Timer.sleep = sleep.sleep

@@ -75,6 +75,49 @@ describe("finalizers at the allocations of hwt's calls", function()
     timer:stop()
   end)
 
+  if support.cdata_timeouts then
+  -- On LuaJIT a schedule reserves its slot, then writes the slot's entries
+  -- in the slot tables (which may grow: an allocation), then arms it.
+  it("a schedule whose entries' growth runs a finalizer that arms more", function()
+    local timer = support.manual()
+    local all = {}
+    for i = 1, 1023 do all[i] = timer:timeout(10 + i, noop) end
+    local hits = attacked(function()
+      for i = 1, 1300 do all[#all + 1] = timer:timeout(5000 + i, noop, i) end
+    end, function()
+      local t = timer:timeout(1, noop, "x")         -- (not all[#all + 1] = ...: the attack appends meanwhile)
+      all[#all + 1] = t
+    end)
+    assert_met(hits, "timeout()")
+    assert.are.equal(#all, timer:pending())
+    for _, one in ipairs(all) do assert.is_true(one:cancel()) end
+    assert.are.equal(0, timer:pending())
+    assert.are.equal(0, #timer:stop())
+  end)
+
+  it("a schedule whose entries' growth runs a finalizer that stops the timer", function()
+    local timer = support.manual()
+    for i = 1, 1023 do timer:timeout(10 + i, noop) end
+    local gone = setmetatable({}, { __mode = "v" })
+    local outcomes = {}
+    local hits = attacked(function() timer:stop() end, function()
+      local task = function() end
+      gone[#gone + 1] = task
+      local ok, err = pcall(timer.timeout, timer, 1, task, "x")
+      outcomes[#outcomes + 1] = ok or tostring(err)
+    end)
+    assert_met(hits, "timeout()")
+    if hits > 0 then
+      assert.is_true(timer:is_stopped())
+      assert.are.equal(0, timer:pending())
+      assert.matches("timer is stopped", outcomes[#outcomes], 1, true)
+    end
+    timer:stop()
+    collectgarbage()
+    collectgarbage()
+    assert.is_nil(next(gone), "a task of a stopped timer is still held")
+  end)
+  else
   -- reset() of a timeout that holds no anchor slot takes one first: when
   -- none is free, that growth is the call's first allocation.
   local function full_room_and_a_slotless(timer, room)
@@ -119,6 +162,7 @@ describe("finalizers at the allocations of hwt's calls", function()
     assert.are.equal(1024, #timer:stop())
     assert.are.equal(1024, #all)
   end)
+  end
 end)
 
 -- Every method of a timer and of its timeouts, from finalizers run at the

@@ -417,7 +417,7 @@ describe("collection", function()
     collectgarbage("collect")
     assert.are.equal(51, timer:advance(0.5))
     assert.are.equal(52, count)
-    assert.are.equal("hwt.Timeout", getmetatable(got))
+    assert.is_true(hwt.is_timeout(got))
     assert.is_true(got:is_expired())
     assert.is_true(rawequal(timer, got:timer()))
     collectgarbage("collect")
@@ -548,7 +548,8 @@ describe("collection", function()
         pending = tm:pending(), poll = tm:poll(), wait = tm:wait(0), stop = #tm:stop(),
         stopped = tm:stats().stopped, text = tostring(tm), advance = tm:advance(1),
         cancel = t:cancel(), cancelled = t:is_cancelled(), remaining = t:remaining(),
-        same = rawequal(t:timer(), tm),
+        -- nil on LuaJIT: a collected timer's Timeouts no longer name it
+        same = rawequal(t:timer(), tm) or (support.cdata_timeouts and t:timer() == nil),
       }
     end)
     do

@@ -14,7 +14,11 @@ describe("the metatables are protected", function()
   it("getmetatable() on a Timer or a Timeout gives its name, not the metatable", function()
     local tm = manual()
     assert.are.equal("hwt.Timer", getmetatable(tm))
-    assert.are.equal("hwt.Timeout", getmetatable(tm:timeout(1, noop)))
+    if support.cdata_timeouts then
+      assert.are_not.equal("table", type(getmetatable(tm:timeout(1, noop))))
+    else
+      assert.are.equal("hwt.Timeout", getmetatable(tm:timeout(1, noop)))
+    end
     assert.is_false(pcall(function() getmetatable(tm).__gc = nil end))
     assert.are.equal(1, tm:pending())
     tm:stop()
@@ -106,8 +110,10 @@ describe("methods called on the wrong object", function()
     local mt = debug.getmetatable(tm:timeout(1, noop))
     for _, name in ipairs({ "__tostring", "__close" }) do
       for _, case in ipairs(wrong_values({ Timer = tm })) do
-        assert_error(mt[name], pack(case[2]), "hwt.Timeout expected")
+        -- a cdata's metatable is the FFI's own, which checks its self
+        assert_error(mt[name], pack(case[2]), support.cdata_timeouts and "cdata expected" or "hwt.Timeout expected")
       end
+      if support.cdata_timeouts then break end           -- the FFI's has no __close
     end
     tm:stop()
   end)

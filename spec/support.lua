@@ -10,6 +10,20 @@ local pack, unpack = compat.pack, compat.unpack
 
 local support = {}
 
+-- On LuaJIT a Timeout is a cdata (lua/hwt/jit.lua), elsewhere a userdata.
+support.cdata_timeouts = jit ~= nil
+support.timeout_type = support.cdata_timeouts and "cdata" or "userdata"
+
+-- On LuaJIT an ended Timeout (run, cancelled, stopped) has let go of its
+-- task: resetting it raises, and that is what a test of such a reset checks
+-- there (`t` must have ended).
+function support.reset_of_ended_raises(t)
+  local ok, err = pcall(t.reset, t)
+  assert.is_false(ok)
+  assert.matches("timeout has ended", tostring(err), 1, true)
+  assert.is_nil(t:task())
+end
+
 function support.noop() end
 
 -- Loose bounds of the real-clock specs: "never early" at nanosecond

@@ -283,6 +283,12 @@ static inline uint64_t timeout_seq(const timeout *t);
 static inline uint64_t timeout_period_ns(const timeout *t);
 /* Whether t's task has started since its last tq_schedule or tq_reset. */
 static inline bool timeout_has_run(const timeout *t);
+/* t's state once the engine let go of it (tq_cancel returned true, tq_finish
+ * false, or tq_stop ended it): TIMEOUT_DONE or TIMEOUT_CANCELLED, which no
+ * longer changes, so it is read without the lock. */
+static inline int timeout_ended_state(const timeout *t);
+/* Its deadline then (tq_deadline without the lock). */
+static inline uint64_t timeout_ended_deadline(const timeout *t);
 
 /* ---- layouts: for embedding only; the fields are the engine's ------------ */
 
@@ -335,5 +341,7 @@ static inline timer_queue *timeout_queue(const timeout *t) { return t->owner; }
 static inline uint64_t timeout_seq(const timeout *t) { return t->seq; }
 static inline uint64_t timeout_period_ns(const timeout *t) { return t->period_ns; }
 static inline bool timeout_has_run(const timeout *t) { return t->has_run; }
+static inline int timeout_ended_state(const timeout *t) { return t->state; }
+static inline uint64_t timeout_ended_deadline(const timeout *t) { return t->deadline_ns; }
 
 #endif

@@ -11,9 +11,13 @@ static int do_nothing(lua_State *L) {
   return 0;
 }
 
-/* poll, run and advance are lua/hwt.lua's: they call tasks (see dispatch). */
+/* poll, run and advance are lua/hwt.lua's: they call tasks (see dispatch).
+ * On LuaJIT so are timeout and every (lua/hwt/jit.lua). */
 static const luaL_Reg timer_methods[] = {
-  {"timeout", timer_timeout}, {"every", timer_every}, {"wait", timer_wait},
+#if !COMPAT_FFI
+  {"timeout", timer_timeout}, {"every", timer_every},
+#endif
+  {"wait", timer_wait},
   {"pending", timer_pending}, {"now", timer_now}, {"fd", timer_fd},
   {"next_due", timer_next_due}, {"on_earlier", timer_on_earlier},
   {"timeouts", timer_timeouts}, {"stats", timer_stats}, {"stop", timer_stop}, {NULL, NULL}
@@ -24,6 +28,7 @@ static const luaL_Reg timer_metamethods[] = {
   {NULL, NULL}
 };
 
+#if !COMPAT_FFI
 static const luaL_Reg timeout_methods[] = {
   {"cancel", timeout_cancel}, {"is_cancelled", timeout_is_cancelled},
   {"is_expired", timeout_is_expired}, {"timer", timeout_timer},
@@ -34,6 +39,7 @@ static const luaL_Reg timeout_methods[] = {
 static const luaL_Reg timeout_metamethods[] = {
   {"__close", timeout_close}, {"__tostring", timeout_tostring}, {NULL, NULL}
 };
+#endif
 
 static const luaL_Reg module_functions[] = {
   {"new", hwt_new}, {"now", hwt_now}, {NULL, NULL}
@@ -41,16 +47,15 @@ static const luaL_Reg module_functions[] = {
 
 /* For lua/hwt.lua alone (core.internal; not exported by hwt). */
 static const luaL_Reg internal_functions[] = {
+#if !COMPAT_FFI
   {"drain", internal_drain}, {"take", internal_take}, {"args", internal_args},
   {"finish", internal_finish}, {"recycle", internal_recycle},
   {"current", internal_current}, {"hand", internal_hand}, {"unhand", internal_unhand},
+#endif
   {"probe", internal_probe}, {"traceback", traceback_handler},
   {"report_error", internal_report_error}, {"advance_clock", internal_advance_clock},
   {"clock_mark", internal_clock_mark}, {"step_to", internal_step_to},
   {"clock_state", internal_clock_state},
-#if COMPAT_FFI
-  {"ffi_anchors", internal_ffi_anchors}, {"read_ahead", internal_read_ahead},
-#endif
 #if COMPAT_CALLK
   {"run_batch", internal_run_batch}, {"poll", internal_poll},
 #endif
@@ -103,14 +108,14 @@ int luaopen_hwt_core(lua_State *L) {
   set_module_functions(L, mts_idx, module_functions);
   lua_newtable(L);
   set_module_functions(L, mts_idx, internal_functions);
-#if COMPAT_FFI
-  set_ffi_take(L);
-#endif
+  open_holds(L, mts_idx);
   lua_setfield(L, module_idx, "internal");
   fill_class(L, mts_idx, mts_idx, TIMER_MT, timer_metamethods, timer_methods);
   lua_setfield(L, module_idx, "Timer");
+#if !COMPAT_FFI
   fill_class(L, mts_idx + 1, mts_idx, TIMEOUT_MT, timeout_metamethods, timeout_methods);
   lua_setfield(L, module_idx, "Timeout");
+#endif
   lua_pushliteral(L, HWT_VERSION);
   lua_setfield(L, module_idx, "_VERSION");
   return 1;

@@ -20,15 +20,17 @@
  * cannot call at the C stack limit). Nothing there holds the Timer itself,
  * so dropping a Timer still lets its __gc stop the queue, and for that the
  * functions a script gives (on_error, on_earlier's) hang on the Timer.
- * On LuaJIT the anchor table also holds each anchored timeout's call, for
- * the FFI take, and at 0 a table of single anchors (see anchor_slots).
  * Timer user values: 1 anchor table, 2 its queue, 3 on_error, 4 the
  * on_earlier watcher. Queue user values: 1 the anchor table, 2 the memory
- * of its free anchor slots, 3 its idle drain; on LuaJIT also 4 that of its
- * free single anchor slots, 5 the single anchors. Timeout user values: 1 its
- * timer's queue, 2 its task, 3.. the extra arguments (on LuaJIT, 0: itself,
- * once single-anchored). Drain user values: 1 its queue, 2 the anchor
- * table, 3 a hand-off's timeout; on LuaJIT also 4 the single anchors.
+ * of its free anchor slots, 3 its idle drain. Timeout user values: 1 its
+ * timer's queue, 2 its task, 3.. the extra arguments. Drain user values: 1
+ * its queue, 2 the anchor table, 3 a hand-off's timeout.
+ *
+ * That is the hold strategy of Lua 5.1-5.4 (lhwt_anchor.c). On LuaJIT a
+ * Timeout is a cdata and its timeout lives in C memory, at a slot of the
+ * state's slot arena; the Lua layer keeps its task and arguments in tables
+ * indexed by slot (lhwt_ffi.c, lua/hwt/jit.lua). The Timer, its queue and
+ * their lifetime are the same on every Lua.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
  * while the state closes (5.4 does not register them; 5.1-5.3 never call
@@ -50,6 +52,7 @@
 #include "compat.h"
 #include "engine.h"
 #include "hwt.h"
+#include "slot_arena.h"
 
 #define HWT_VERSION "hwt 0.2.0"
 #define TIMER_MT "hwt.Timer"
@@ -64,14 +67,13 @@
 #define QUEUE_UV_ANCHORS 1
 #define QUEUE_UV_FREE_SLOTS 2
 #define QUEUE_UV_IDLE_DRAIN 3   /* a finished poll's drain, for the next poll */
-#define QUEUE_UV_FREE_SINGLES 4 /* LuaJIT: the memory of its free single anchor slots */
-#define QUEUE_UV_SINGLES 5      /* LuaJIT: its single anchors (see anchor_slots) */
+#define QUEUE_UVS 3
 #define DRAIN_UV_QUEUE 1
 #define DRAIN_UV_ANCHORS 2      /* its queue's anchor table */
 #define DRAIN_UV_HANDED 3       /* a hand-off's timeout, until it starts */
-#define DRAIN_UV_SINGLES 4      /* LuaJIT: its queue's single anchors */
+#define DRAIN_UVS 3
 #define STATE_UV_RUNNING 1      /* queue userdata -> true, while running */
-#define STATE_UV_TIMERS 2       /* queue userdata -> its Timer (weak) */
+#define STATE_UV_TIMERS 2       /* a queue's address -> its Timer (weak) */
 #define TIMEOUT_UV_QUEUE 1
 #define TIMEOUT_UV_TASK 2
 #define TIMEOUT_UV_ARGS 3
@@ -93,32 +95,9 @@ typedef struct anchor_slots {
   uint32_t *free;
   uint32_t free_count, used, capacity;
 } anchor_slots;
-/* Where a timeout is anchored. On LuaJIT a task with one or two arguments
- * is anchored by a single entry, its user value table, which also holds the
- * Timeout (at TIMEOUT_UV_SELF), in a second table, the single anchors (kept
- * in the anchor table at SINGLES_INDEX, and beside it in the queue's and
- * the drains' user values for the common paths); every other timeout by two
- * entries of the anchor table (see keep_call). A pending timeout costs the
- * collector one entry fewer than two would on the OpenResty idiom,
- * timer:timeout(d, handler, conn). "The table of its kind": the anchor
- * table, or the single anchors. */
-enum { ANCHOR_MAIN, ANCHOR_SINGLE };
-#if COMPAT_FFI
-#define ANCHOR_KINDS 2
-#define ANCHOR_STRIDE 2         /* a Timeout, then its task (see keep_call) */
-#define SINGLES_INDEX 0         /* the anchor table's entry for the single anchors */
-#define TIMEOUT_UV_SELF 0       /* a single-anchored Timeout in its user value table */
-#define QUEUE_UVS 5
-#define DRAIN_UVS 4
-#else
-#define ANCHOR_KINDS 1
-#define ANCHOR_STRIDE 1
-#define QUEUE_UVS 3
-#define DRAIN_UVS 3
-#endif
 #define ANCHOR_SLOTS_MIN 64
 /* A slot's entries are at table indexes, an int on 5.1. */
-#define ANCHOR_SLOTS_MAX ((UINT32_C(1) << 30) / ANCHOR_STRIDE)
+#define ANCHOR_SLOTS_MAX (UINT32_C(1) << 30)
 
 /* The queue userdata. */
 typedef struct lhwt_queue {
@@ -131,7 +110,12 @@ typedef struct lhwt_queue {
   uint32_t wheel_size;
   bool has_watcher;             /* its Timer's TIMER_UV_WATCHER is set */
   uint64_t told_due_ns;         /* the due time the watcher last heard of */
-  anchor_slots slots[ANCHOR_KINDS];
+#if COMPAT_FFI
+  slot_arena *arena;            /* its state's */
+  slot_owner owned;             /* its slots there */
+#else
+  anchor_slots slots;
+#endif
   state_timers *home;           /* the list it is in while running */
   struct lhwt_queue *prev_in_state, *next_in_state;
 } lhwt_queue;
@@ -146,6 +130,9 @@ struct state_timers {
   lhwt_queue *first;
   bool closing;                 /* its finalizer ran: the state is closing */
   bool finalizer_sure;          /* its finalizer is known to be registered */
+#if COMPAT_FFI
+  slot_arena arena;             /* the state's timeouts (its memory outlives every finalizer) */
+#endif
 };
 
 typedef struct lhwt_timeout {
@@ -171,9 +158,6 @@ typedef struct drain {
   lhwt_timeout *handed;         /* a hand-off's timeout until it starts: user value 3 */
   bool is_handoff;              /* runs one handed timeout, once */
   unsigned ahead_left;          /* takes before the next read_ahead */
-#if COMPAT_FFI
-  int32_t released;             /* a slot the FFI take let go, until settled (see there) */
-#endif
 } drain;
 
 /* Every function of the module has both metatables as upvalues: checking a
@@ -277,19 +261,6 @@ static inline int call_shape(const lhwt_timeout *to) {
   return to->run_method || to->nargs >= CALL_WITH_ARGS ? CALL_WITH_ARGS : to->nargs;
 }
 
-#if COMPAT_FFI
-static inline int anchor_kind(const lhwt_timeout *to) {
-  int shape = call_shape(to);
-  return shape == 1 || shape == 2 ? ANCHOR_SINGLE : ANCHOR_MAIN;
-}
-#else
-#define anchor_kind(to) ((void)(to), ANCHOR_MAIN)
-#endif
-
-/* Where slot `slot` keeps its Timeout in the anchor table. */
-static inline int anchor_index(uint32_t slot) {
-  return (int)((slot - 1) * ANCHOR_STRIDE + 1);
-}
 
 /* The count sticks at its top (65,535 suspended runs of one timeout): the
  * timeout then stays anchored until its timer stops. */
@@ -300,20 +271,6 @@ static inline void count_drain_in(lhwt_timeout *to) {
 static inline void count_drain_out(lhwt_timeout *to) {
   if (to->drains < UINT16_MAX) to->drains--;
 }
-
-/* The user values of a queue and of a drain that hold the table of `kind`. */
-#if COMPAT_FFI
-static inline int queue_uv_of_kind(int kind) {
-  return kind == ANCHOR_SINGLE ? QUEUE_UV_SINGLES : QUEUE_UV_ANCHORS;
-}
-
-static inline int drain_uv_of_kind(int kind) {
-  return kind == ANCHOR_SINGLE ? DRAIN_UV_SINGLES : DRAIN_UV_ANCHORS;
-}
-#else
-#define queue_uv_of_kind(kind) ((void)(kind), QUEUE_UV_ANCHORS)
-#define drain_uv_of_kind(kind) ((void)(kind), DRAIN_UV_ANCHORS)
-#endif
 
 /* ---- what each file gives the others ---------------------------------- */
 
@@ -328,23 +285,29 @@ void push_state_timers(lua_State *L);
 void make_internal_metatable(lua_State *L, const char *name, lua_CFunction gc);
 bool state_can_stop_timers(lua_State *L, state_timers *home);
 void push_timer_of_queue(lua_State *L, int queue_idx);
+void push_timer_of(lua_State *L, const lhwt_queue *tm);
+void remember_timer(lua_State *L, const lhwt_queue *tm, int timer_idx);
+
+/* The hold strategy: how a timer keeps its timeouts' Lua values alive and
+ * finds them again. lhwt_anchor.c on Lua 5.1-5.4, lhwt_ffi.c on LuaJIT. */
+void new_holds(lua_State *L, lhwt_queue *tm, int timer_idx, int queue_idx);
+void stop_holds(lua_State *L, lhwt_queue *tm, int timer_idx, bool want_result);
+int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx);
+void release_holds(lhwt_queue *tm);
+void close_holds(state_timers *home);
+void open_holds(lua_State *L, int upvalues_idx);
 
 /* lhwt_anchor.c */
-int push_kind_table(lua_State *L, int queue_idx, const lhwt_timeout *to);
-void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to, int timeout_idx, int task_idx);
-void clear_slot(lua_State *L, int table_idx, int kind, uint32_t slot);
-void give_back_slot(lhwt_queue *tm, int kind, uint32_t slot);
+int push_anchor_table(lua_State *L, int queue_idx);
+void anchor(lua_State *L, int table_idx, int queue_idx, lhwt_timeout *to, int timeout_idx);
 void unanchor(lua_State *L, lhwt_queue *tm, int table_idx, lhwt_timeout *to);
-int push_singles(lua_State *L, int anchors_idx);
 void push_anchored_in(lua_State *L, int anchors_idx, const lhwt_timeout *to);
-size_t list_anchored(lua_State *L, int anchors_idx, timeout **out, size_t room);
-timeout **held_timeouts(lua_State *L, int anchors_idx, size_t *count);
 
 /* lhwt_report.c */
 int traceback_handler(lua_State *L);
 void report_task_error(lua_State *L, int on_error_idx, int timeout_idx);
 void push_on_error_of_drain(lua_State *L, int drain_idx);
-void tell_if_earlier(lua_State *L, lhwt_queue *tm, int queue_idx, lhwt_timeout *to);
+void tell_if_earlier(lua_State *L, lhwt_queue *tm, int queue_idx, timeout *node);
 int internal_report_error(lua_State *L);
 
 /* lhwt_drain.c */
@@ -370,16 +333,6 @@ int drain_gc(lua_State *L);
 void probe_task_call(lua_State *L);
 int internal_probe(lua_State *L);
 
-#if COMPAT_FFI
-/* lhwt_dispatch_ffi.c */
-void settle_released(lua_State *L, drain *d);
-int internal_read_ahead(lua_State *L);
-int internal_ffi_anchors(lua_State *L);
-void set_ffi_take(lua_State *L);
-#else
-#define settle_released(L, d) ((void)0)
-#endif
-
 #if COMPAT_CALLK
 /* lhwt_dispatch_callk.c */
 int internal_run_batch(lua_State *L);
@@ -389,8 +342,6 @@ int internal_poll(lua_State *L);
 /* lhwt_timer.c */
 int hwt_now(lua_State *L);
 int arming_failed(lua_State *L, const lhwt_queue *tm, int result);
-int timer_timeout(lua_State *L);
-int timer_every(lua_State *L);
 int timer_wait(lua_State *L);
 int internal_clock_mark(lua_State *L);
 int internal_step_to(lua_State *L);
@@ -412,6 +363,8 @@ int timer_tostring(lua_State *L);
 int hwt_new(lua_State *L);
 
 /* lhwt_timeout.c */
+int timer_timeout(lua_State *L);
+int timer_every(lua_State *L);
 int timeout_cancel(lua_State *L);
 int timeout_reset(lua_State *L);
 int timeout_deadline(lua_State *L);

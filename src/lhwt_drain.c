@@ -1,10 +1,12 @@
 /*
- * lhwt_drain.c — the drain: one draining call's hold on the timeouts it
- * runs, and its steps (take, finish, hand-off, read-ahead) that each
- * dispatch loop calls: lua/hwt.lua's, lhwt_dispatch_callk.c's and
- * lhwt_dispatch_ffi.c's.
+ * lhwt_drain.c — Lua 5.1-5.4's drain: one draining call's hold on the
+ * timeouts it runs, and its steps (take, finish, hand-off, read-ahead) that
+ * each dispatch loop calls: lua/hwt/dispatch.lua's and
+ * lhwt_dispatch_callk.c's. (LuaJIT's are lhwt_ffi.c's.)
  */
 #include "lhwt.h"
+
+#if !COMPAT_FFI
 
 /* ---- dispatch ---------------------------------------------------------
  *
@@ -51,10 +53,6 @@ static drain *new_drain(lua_State *L, int queue_idx) {
   compat_setuservalue(L, -2, DRAIN_UV_QUEUE);
   compat_getuservalue(L, queue_idx, QUEUE_UV_ANCHORS);
   compat_setuservalue(L, -2, DRAIN_UV_ANCHORS);
-#if COMPAT_FFI
-  compat_getuservalue(L, queue_idx, QUEUE_UV_SINGLES);
-  compat_setuservalue(L, -2, DRAIN_UV_SINGLES);
-#endif
   return d;
 }
 
@@ -160,15 +158,14 @@ static void after_finish(lua_State *L, drain *d, lhwt_timeout *to, bool still_pe
                          int anchors_idx) {
   if (still_pending && d->tm->has_watcher) {
     compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
-    tell_if_earlier(L, d->tm, -1, to);
+    tell_if_earlier(L, d->tm, -1, &to->node);
     lua_pop(L, 1);
   } else if (!still_pending && to->drains == 0) {
-    int kind = anchor_kind(to);
-    if (anchors_idx && kind == ANCHOR_MAIN) {
+    if (anchors_idx) {
       unanchor(L, d->tm, anchors_idx, to);
       return;
     }
-    compat_getuservalue(L, 1, drain_uv_of_kind(kind));
+    compat_getuservalue(L, 1, DRAIN_UV_ANCHORS);
     unanchor(L, d->tm, lua_gettop(L), to);
     lua_pop(L, 1);
   }
@@ -215,35 +212,19 @@ static lhwt_timeout *step_poll(lua_State *L, drain *d, int anchors_idx) {
   return to;
 }
 
-/* Pushes the first value on the way from the anchor table at anchors_idx
- * to the task of `to`: its Timeout, or on LuaJIT its task (see keep_call)
- * or its user value table (see anchor_single); nil if it is not anchored. */
+/* Pushes the Timeout `to` from the anchor table at anchors_idx; nil if it
+ * is not anchored. */
 static void push_anchor_entry(lua_State *L, int anchors_idx, const lhwt_timeout *to) {
   if (!to->anchor) {
     lua_pushnil(L);
     return;
   }
-#if COMPAT_FFI
-  if (anchor_kind(to) == ANCHOR_SINGLE) {
-    lua_rawgeti(L, push_singles(L, anchors_idx), (int)to->anchor);
-    lua_remove(L, -2);
-    return;
-  }
-  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor) + 1);
-#else
-  lua_rawgeti(L, anchors_idx, anchor_index(to->anchor));
-#endif
+  lua_rawgeti(L, anchors_idx, (int)to->anchor);
 }
 
-/* Pushes the task of `to` from what push_anchor_entry pushed, at entry_idx. */
-static void push_task_from_entry(lua_State *L, int entry_idx, const lhwt_timeout *to) {
-#if COMPAT_FFI
-  if (anchor_kind(to) == ANCHOR_MAIN) lua_pushvalue(L, entry_idx);
-  else lua_rawgeti(L, entry_idx, TIMEOUT_UV_TASK);
-#else
-  (void)to;
+/* Pushes the task of the Timeout at entry_idx. */
+static void push_task_from_entry(lua_State *L, int entry_idx) {
   compat_getuservalue(L, entry_idx, TIMEOUT_UV_TASK);
-#endif
 }
 
 /* Whether the poll's current timeout is the first of a new read_ahead. */
@@ -272,7 +253,7 @@ void read_ahead(lua_State *L, drain *d, int anchors_idx) {
   for (unsigned i = 0; i < n; i++) {
     int entry_idx = base + 1 + (int)i;
     if (lua_isnil(L, entry_idx)) continue;
-    push_task_from_entry(L, entry_idx, (const lhwt_timeout *)ahead[i]);
+    push_task_from_entry(L, entry_idx);
     __builtin_prefetch(lua_topointer(L, -1));
     lua_pop(L, 1);
   }
@@ -283,7 +264,6 @@ void read_ahead(lua_State *L, drain *d, int anchors_idx) {
  * next one current, started; returns it, or NULL when there is none.
  * anchors_idx: as in after_finish. */
 lhwt_timeout *take_next(lua_State *L, drain *d, int anchors_idx) {
-  settle_released(L, d);
   if (d->is_handoff && d->current) return NULL;  /* fn called again while its task runs */
   lhwt_timeout *to = NULL;
   if (d->handed) {
@@ -335,7 +315,6 @@ int internal_args(lua_State *L) {
 /* Finishes the drain at index 1 (unchecked). */
 int finish_drain(lua_State *L) {
   drain *d = lua_touserdata(L, 1);
-  settle_released(L, d);
   finish_current(L, d);
   return 0;
 }
@@ -349,7 +328,6 @@ int internal_finish(lua_State *L) {
  * drain with nothing taken and unfinished becomes its queue's idle drain
  * (the next poll's); it can take nothing until then. */
 void recycle(lua_State *L, drain *d) {
-  settle_released(L, d);
   if (d->is_handoff || d->current || d->handed) return;
   d->seq_limit = 0;
   compat_getuservalue(L, 1, DRAIN_UV_QUEUE);
@@ -411,24 +389,12 @@ int internal_unhand(lua_State *L) {
 
 int drain_gc(lua_State *L) {
   drain *d = lua_touserdata(L, 1);
-  settle_released(L, d);
   finish_current(L, d);
   give_back(L, d);
   return 0;
 }
 
-/* internal.probe(): as deep in C calls and as wide on the Lua stack as a
- * task call of the dispatch loop, doing nothing. The loop calls it, as it
- * would call a task, before it takes anything, so that a poll nested in
- * tasks past the C stack or the Lua stack raises without taking a timeout. */
-void probe_task_call(lua_State *L) {
-  if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
-    luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
-  lua_pushvalue(L, DO_NOTHING_UPVALUE);
-  lua_call(L, 0, 0);
-}
-
-int internal_probe(lua_State *L) {
-  probe_task_call(L);
-  return 0;
-}
+#else
+/* ISO C wants a declaration in every file; this one declares nothing used. */
+typedef int lhwt_drain_absent;
+#endif

@@ -65,18 +65,12 @@ static void read_option(lua_State *L, timer_options *opts, int timer_idx) {
   }
 }
 
-/* A new queue userdata whose anchor table is that of the Timer at timer_idx;
- * it becomes the Timer's user value TIMER_UV_QUEUE and stays at the top. */
+/* A new queue userdata; it becomes the Timer's (at timer_idx) user value
+ * TIMER_UV_QUEUE and stays at the top. */
 static lhwt_queue *new_queue(lua_State *L, int timer_idx) {
   lhwt_queue *tm = compat_newuserdata(L, sizeof *tm, QUEUE_UVS);
   memset(tm, 0, sizeof *tm);
   tm->told_due_ns = ENGINE_NEVER;
-  compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
-#if COMPAT_FFI
-  lua_rawgeti(L, -1, SINGLES_INDEX);
-  compat_setuservalue(L, -3, QUEUE_UV_SINGLES);
-#endif
-  compat_setuservalue(L, -2, QUEUE_UV_ANCHORS);
   luaL_setmetatable(L, QUEUE_MT);
   lua_pushvalue(L, -1);
   compat_setuservalue(L, timer_idx, TIMER_UV_QUEUE);
@@ -88,14 +82,9 @@ int hwt_new(lua_State *L) {
   lua_settop(L, 1);
   lhwt_timer *handle = compat_newuserdata(L, sizeof *handle, TIMER_UVS);
   int timer_idx = lua_gettop(L);
-  lua_newtable(L);
-#if COMPAT_FFI
-  lua_newtable(L);
-  lua_rawseti(L, -2, SINGLES_INDEX);
-#endif
-  compat_setuservalue(L, timer_idx, TIMER_UV_ANCHORS);
   lhwt_queue *tm = handle->tm = new_queue(L, timer_idx);
   int queue_idx = lua_gettop(L);
+  new_holds(L, tm, timer_idx, queue_idx);
   timer_options opts = {DEFAULT_TICK, DEFAULT_WHEEL_SIZE, 0, false, true};
   if (lua_istable(L, 1)) {
     lua_pushnil(L);
@@ -127,8 +116,7 @@ int hwt_new(lua_State *L) {
   list_timer(home, tm);
   lua_pushboolean(L, true);
   set_state_entry(L, STATE_UV_RUNNING, queue_idx);
-  lua_pushvalue(L, timer_idx);
-  set_state_entry(L, STATE_UV_TIMERS, queue_idx);
+  remember_timer(L, tm, timer_idx);
   lua_settop(L, timer_idx);
   return 1;
 }

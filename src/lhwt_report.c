@@ -50,10 +50,10 @@ void push_on_error_of_drain(lua_State *L, int drain_idx) {
 
 /* Tells the watcher (on_earlier) when `to`, just armed, falls due before
  * the time it last heard of. queue_idx: the queue userdata. */
-void tell_if_earlier(lua_State *L, lhwt_queue *tm, int queue_idx, lhwt_timeout *to) {
+void tell_if_earlier(lua_State *L, lhwt_queue *tm, int queue_idx, timeout *node) {
   if (!tm->has_watcher || !tm->initialized) return;   /* a released queue has no clock */
   uint64_t now_ns = tq_now_ns(&tm->queue);
-  uint64_t due_at_ns = tq_due_at(&to->node);
+  uint64_t due_at_ns = tq_due_at(node);
   if (due_at_ns < now_ns) due_at_ns = now_ns;       /* due: as next_due() counts it */
   if (due_at_ns >= tm->told_due_ns) return;
   tm->told_due_ns = due_at_ns;

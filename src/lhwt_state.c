@@ -34,6 +34,7 @@ static void unlist_timer(lhwt_queue *tm) {
 void release_queue(lhwt_queue *tm) {
   if (!tm->initialized) return;
   tq_destroy(&tm->queue);
+  release_holds(tm);
   unlist_timer(tm);
   tm->initialized = false;
 }
@@ -71,6 +72,7 @@ static int state_timers_gc(lua_State *L) {
   state_timers *home = lua_touserdata(L, 1);
   home->closing = true;
   while (home->first) release_queue(home->first);
+  close_holds(home);
   return 0;
 }
 
@@ -148,11 +150,25 @@ bool state_can_stop_timers(lua_State *L, state_timers *home) {
  * its timer would keep the timer alive for ever. (Through the registry, not
  * an upvalue: finalizers call this too.) */
 void push_timer_of_queue(lua_State *L, int queue_idx) {
-  queue_idx = lua_absindex(L, queue_idx);
+  push_timer_of(L, lua_touserdata(L, queue_idx));
+}
+
+/* The same, from the queue's address. */
+void push_timer_of(lua_State *L, const lhwt_queue *tm) {
   lua_getfield(L, LUA_REGISTRYINDEX, STATE_TIMERS_KEY);
   compat_getuservalue(L, -1, STATE_UV_TIMERS);
-  lua_pushvalue(L, queue_idx);
+  lua_pushlightuserdata(L, (void *)(uintptr_t)tm);
   lua_rawget(L, -2);
   lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Records the Timer at timer_idx as tm's, for push_timer_of (weakly). */
+void remember_timer(lua_State *L, const lhwt_queue *tm, int timer_idx) {
+  timer_idx = lua_absindex(L, timer_idx);
+  compat_getuservalue(L, STATE_TIMERS_UPVALUE, STATE_UV_TIMERS);
+  lua_pushlightuserdata(L, (void *)(uintptr_t)tm);
+  lua_pushvalue(L, timer_idx);
+  lua_rawset(L, -3);
   lua_pop(L, 1);
 }

@@ -31,54 +31,6 @@ int arming_failed(lua_State *L, const lhwt_queue *tm, int result) {
   return 2;
 }
 
-static int schedule(lua_State *L, lhwt_queue *tm, uint64_t delay_ns, uint64_t interval_ns) {
-  bool run_method = check_task(L, 3);
-  int nargs = lua_gettop(L) - 3;
-  luaL_argcheck(L, nargs <= MAX_TASK_ARGS, 3 + MAX_TASK_ARGS, "too many task arguments");
-  lhwt_timeout *to = compat_newuserdata(L, sizeof *to, TIMEOUT_UV_ARGS - 1 + nargs);
-  memset(to, 0, sizeof *to);
-  to->nargs = (uint8_t)nargs;
-  to->run_method = run_method;
-  lua_pushvalue(L, TIMEOUT_MT_UPVALUE);
-  lua_setmetatable(L, -2);
-  int timeout_idx = lua_gettop(L);
-  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-  int queue_idx = timeout_idx + 1;
-  int uvs = compat_uservalues_open(L, timeout_idx);
-  lua_pushvalue(L, queue_idx);
-  compat_uv_set(L, uvs, TIMEOUT_UV_QUEUE);
-  lua_pushvalue(L, 3);
-  compat_uv_set(L, uvs, TIMEOUT_UV_TASK);
-  for (int i = 0; i < nargs; i++) {
-    lua_pushvalue(L, 4 + i);
-    compat_uv_set(L, uvs, TIMEOUT_UV_ARGS + i);
-  }
-  compat_uservalues_close(L, uvs);
-  int table_idx = push_kind_table(L, queue_idx, to);
-  anchor(L, table_idx, queue_idx, to, timeout_idx, 3);
-  int result = tq_schedule(&tm->queue, &to->node, delay_ns, interval_ns);
-  if (result == TQ_OK) {
-    if (tm->has_watcher) tell_if_earlier(L, tm, queue_idx, to);   /* not on the common path */
-    lua_pushvalue(L, timeout_idx);              /* returned from the top: no settop */
-    return 1;
-  }
-  unanchor(L, tm, table_idx, to);
-  return arming_failed(L, tm, result);
-}
-
-int timer_timeout(lua_State *L) {
-  lhwt_queue *tm = check_timer(L, 1);
-  return schedule(L, tm, check_delay_ns(L, 2, "delay"), 0);
-}
-
-int timer_every(lua_State *L) {
-  lhwt_queue *tm = check_timer(L, 1);
-  luaL_argcheck(L, luaL_checknumber(L, 2) > 0, 2, "interval must be > 0");
-  uint64_t interval_ns = check_delay_ns(L, 2, "interval");
-  if (interval_ns == 0) interval_ns = 1;         /* below a nanosecond */
-  return schedule(L, tm, interval_ns, interval_ns);
-}
-
 static uint64_t opt_wait_ns(lua_State *L, int idx) {
   return lua_isnoneornil(L, idx) ? ENGINE_NEVER : check_delay_ns(L, idx, "seconds");
 }
@@ -235,79 +187,22 @@ int timer_stats(lua_State *L) {
   return 1;
 }
 
-static void push_anchors(lua_State *L, int timer_idx) {
-  compat_getuservalue(L, timer_idx, TIMER_UV_ANCHORS);
-}
-
-/* tq_stop with the timer's anchored timeouts (without them the engine would
- * walk its whole wheel, which other timers may share). */
-static void stop_queue(lua_State *L, lhwt_queue *tm, int anchors_idx, tq_ended *ended) {
-  size_t count;
-  timeout **held = held_timeouts(L, anchors_idx, &count);
-  tq_stop(&tm->queue, held, count, ended);
-  free(held);
-}
-
-/* Stops the timer at index 1; returns the timeouts that never ran, in
- * deadline order, as an array at the top of the stack. */
-static void stop_timer(lua_State *L, lhwt_queue *tm) {
-  lua_createtable(L, (int)tq_pending(&tm->queue), 0);
-  int result_idx = lua_gettop(L);
-  push_anchors(L, 1);
-  int anchors_idx = lua_gettop(L);
-  int singles_idx = push_singles(L, anchors_idx);
-  tq_ended ended;
-  stop_queue(L, tm, anchors_idx, &ended);
-  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
-  retire_queue(L, tm, -1);
-  int count = 0;
-  timeout *n;
-  while ((n = tq_ended_pop(&ended))) {
-    lhwt_timeout *to = (lhwt_timeout *)n;
-    if (!timeout_has_run(&to->node)) {
-      push_anchored_in(L, anchors_idx, to);
-      lua_rawseti(L, result_idx, ++count);
-    }
-    if (to->drains == 0)                          /* else its drain's finish does */
-      unanchor(L, tm, anchor_kind(to) == ANCHOR_SINGLE ? singles_idx : anchors_idx, to);
-  }
-  lua_settop(L, result_idx);
-}
-
-/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. Its
- * two allocations (the list of anchored timeouts and the result, sized for
- * all of them) come before the anchors are read: a finalizer they run may
- * arm or cancel timeouts of this timer, so the reading starts again if more
- * were anchored meanwhile. From the reading on nothing allocates, so every
- * Timeout listed is still anchored when it is stored. */
+/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. */
+/* timer:timeouts() -> what pending() counts, in (deadline, seq) order. */
 int timer_timeouts(lua_State *L) {
   lhwt_queue *tm = check_timer(L, 1);
   lua_settop(L, 1);
-  push_anchors(L, 1);
-  luaL_checkstack(L, 8, "timeouts()");
-  size_t room = 0, count;
-  timeout **held;
-  do {
-    lua_settop(L, 2);
-    room = list_anchored(L, 2, NULL, 0) + ANCHOR_SLOTS_MIN;
-    held = compat_newuserdata(L, room * sizeof *held, 0);
-    lua_createtable(L, (int)room, 0);
-    count = list_anchored(L, 2, held, room);
-  } while (count > room);
-  size_t kept = 0;
-  if (tm->initialized && tq_select_pending(&tm->queue, held, count, &kept) != TQ_OK)
-    return luaL_error(L, "not enough memory");
-  for (size_t i = 0; i < kept; i++) {
-    push_anchored_in(L, 2, (lhwt_timeout *)held[i]);
-    lua_rawseti(L, -2, (lua_Integer)i + 1);
-  }
-  return 1;
+  return push_pending_timeouts(L, tm, 1);
 }
 
+/* timer:stop() -> the timeouts that never ran, in deadline order. */
 int timer_stop(lua_State *L) {
   lhwt_queue *tm = check_timer(L, 1);
   lua_settop(L, 1);
-  stop_timer(L, tm);
+  stop_holds(L, tm, 1, true);
+  compat_getuservalue(L, 1, TIMER_UV_QUEUE);
+  retire_queue(L, tm, -1);
+  lua_pop(L, 1);
   return 1;
 }
 
@@ -325,13 +220,11 @@ int timer_close(lua_State *L) {
 int timer_gc(lua_State *L) {
   lhwt_queue *tm = check_timer(L, 1);
   if (tm->initialized) {
-    push_anchors(L, 1);
-    stop_queue(L, tm, lua_gettop(L), NULL);
+    stop_holds(L, tm, 1, false);
     compat_getuservalue(L, 1, TIMER_UV_QUEUE);
     retire_queue(L, tm, -1);
     release_queue(tm);
-    lua_pushvalue(L, 1);           /* Lua cleared it; a later finalizer may resurrect us */
-    set_state_entry(L, STATE_UV_TIMERS, -2);
+    remember_timer(L, tm, 1);      /* Lua cleared it; a later finalizer may resurrect us */
   }
   return 0;
 }
@@ -344,4 +237,20 @@ int timer_tostring(lua_State *L) {
     lua_pushfstring(L, "hwt.Timer (tick %fs, %d pending): %p", ns_to_seconds(tm->tick_ns),
                     (int)tq_pending(&tm->queue), (void *)tm);
   return 1;
+}
+
+/* internal.probe(): as deep in C calls and as wide on the Lua stack as a
+ * task call of the dispatch loop, doing nothing. The loop calls it, as it
+ * would call a task, before it takes anything, so that a poll nested in
+ * tasks past the C stack or the Lua stack raises without taking a timeout. */
+void probe_task_call(lua_State *L) {
+  if (!lua_checkstack(L, MAX_TASK_ARGS + 8 + MAX_LUA_FRAME))
+    luaL_error(L, "not enough memory or stack space to run tasks (poll() nested too deep?)");
+  lua_pushvalue(L, DO_NOTHING_UPVALUE);
+  lua_call(L, 0, 0);
+}
+
+int internal_probe(lua_State *L) {
+  probe_task_call(L);
+  return 0;
 }

@@ -5,6 +5,7 @@ local M = {}
 -- The name of a value's type, as hwt's errors give it: the string a
 -- protected metatable returns ("hwt.Timer", "hwt.Timeout"), else type().
 function M.type_name(value)
+  if M.is_timeout(value) then return "hwt.Timeout" end
   local mt = getmetatable(value)
   return type(mt) == "string" and mt or type(value)
 end
@@ -13,6 +14,7 @@ end
 -- a function __call.
 function M.is_callable(value)
   if type(value) == "function" then return true end
+  if M.is_timeout(value) then return false end     -- a cdata one has ffi's __call
   local mt = debug.getmetatable(value)
   return type(mt) == "table" and type(rawget(mt, "__call")) == "function"
 end
@@ -25,9 +27,15 @@ function M.is_timer(value)
   return type(value) == "userdata" and getmetatable(value) == TIMER
 end
 
+-- On LuaJIT a Timeout is a cdata: hwt.jit gives the test for one.
+local is_cdata_timeout = nil
+
+function M.set_cdata_timeout_test(test) is_cdata_timeout = test end
+
 -- hwt.is_timeout(value): whether `value` is a Timeout, of any timer.
 function M.is_timeout(value)
-  return type(value) == "userdata" and getmetatable(value) == TIMEOUT
+  if type(value) == "userdata" then return getmetatable(value) == TIMEOUT end
+  return is_cdata_timeout ~= nil and type(value) == "cdata" and is_cdata_timeout(value)
 end
 
 -- The number that luaL_checknumber would take for `value` (a number or a

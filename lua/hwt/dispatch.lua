@@ -23,9 +23,10 @@
 --                  due is one C call (internal.poll: run_drain's work,
 --                  under lua_pcallk), with no Lua call between the wake-up
 --                  and the first task;
---   LuaJIT         ffi_batch: the take is an FFI call, and the call is read
---                  from the anchor table; what the FFI take leaves to the
---                  classic one, lua_batch does.
+--   LuaJIT         hwt.jit's batch: a Timeout there is a cdata on a slot of
+--                  C memory; the take is an FFI call and the call is read
+--                  from the slot tables, so the loop compiles. hwt.jit
+--                  gives all the drain steps on LuaJIT.
 -- Every Lua runs a drain's batches through the one run_drain below (or, for
 -- a poll() of all that is due on 5.3+, the core's, in C).
 local core = require("hwt.core")
@@ -40,10 +41,12 @@ local Timer = core.Timer
 local huge = math.huge
 local now = core.now
 local report_error, traceback = internal.report_error, internal.traceback
-local drain_of, take, finish, current = internal.drain, internal.take, internal.finish, internal.current
-local recycle = internal.recycle
+local jit_steps = internal.ffi_abi and require("hwt.jit").drain_steps
+local steps = jit_steps or internal
+local drain_of, take, finish, current = steps.drain_of or internal.drain, internal.take, steps.finish, steps.current
+local recycle = steps.recycle
 local args_of = internal.args
-local hand, unhand, probe, advance_clock = internal.hand, internal.unhand, internal.probe, internal.advance_clock
+local hand, unhand, probe, advance_clock = steps.hand, steps.unhand, internal.probe, internal.advance_clock
 local clock_mark, step_to, clock_state = internal.clock_mark, internal.step_to, internal.clock_state
 local core_wait = Timer.wait
 local type_name, is_callable = checks.type_name, checks.is_callable
@@ -89,71 +92,13 @@ end
 -- The loop of the classic take: the core's in C on Lua 5.3+, else lua_batch.
 local classic_batch = internal.run_batch or lua_batch
 
--- The LuaJIT loop. LuaJIT's trace compiler cannot compile a call through
--- the classic Lua C API, so a take through it runs interpreted, and with it
--- the loop; the FFI take is compiled. The call comes from the anchor table,
--- which on LuaJIT holds, for slot s, the Timeout at 2s - 1 and at 2s its
--- task; a task of shape 1 or 2 is anchored instead by its user value table
--- (the Timeout at SELF, the task and the arguments), at slot s of the single
--- anchors. The FFI take does the step of a poll that needs no Lua API; for
--- the rest (a hand-off, a watcher, ...) it returns CLASSIC, having done
--- nothing, and classic_batch does it. Once every few takes its step asks
--- for a read_ahead (a drain step of the core's). The slot of a timeout it
--- let go (negated for a single anchor) is this loop's to clear; the next
--- FFI take is told it was, and only then gives it back.
-local ffi_batch
-if internal.ffi_take then
-  local ffi = require("ffi")
-  local ffi_take = ffi.cast("int32_t (*)(void *, int32_t, int32_t *)", internal.ffi_take)
-  local layout, anchors_of, read_ahead = internal.ffi_layout, internal.ffi_anchors, internal.read_ahead
-  local CLASSIC, RELEASED, SHAPE = layout.classic, layout.released, layout.shape
-  local READ_AHEAD = layout.read_ahead
-  local TASK, FIRST_ARG, SECOND_ARG = layout.task, layout.first_arg, layout.first_arg + 1
-  local SELF, SINGLES = layout.self, layout.singles
-  local step = ffi.new("int32_t[?]", layout.step_size)
-
-  ffi_batch = function(drain, budget)
-    local anchors = anchors_of(drain)            -- after the probe, as lua_batch's
-    local singles = anchors[SINGLES]
-    local cleared = 0
-    for n = 1, budget do
-      local slot = ffi_take(drain, cleared, step)
-      cleared = 0
-      local released = step[RELEASED]
-      if released ~= 0 and slot ~= CLASSIC then
-        if released > 0 then
-          anchors[2 * released - 1], anchors[2 * released] = nil, nil
-        else
-          singles[-released] = nil
-        end
-        cleared = released
-      end
-      if slot > 0 then
-        if step[READ_AHEAD] ~= 0 then read_ahead(drain) end
-        local shape = step[SHAPE]
-        if shape == 0 then anchors[2 * slot](anchors[2 * slot - 1])
-        elseif shape == 1 then
-          local values = singles[slot]
-          values[TASK](values[SELF], values[FIRST_ARG])
-        elseif shape == 2 then
-          local values = singles[slot]
-          values[TASK](values[SELF], values[FIRST_ARG], values[SECOND_ARG])
-        else call_with_args(anchors[2 * slot], anchors[2 * slot - 1], args_of(drain)) end
-      elseif slot == 0 or classic_batch(drain, 1) then
-        return true, n - 1
-      end
-    end
-    return false, budget
-  end
-end
-
 -- ---- run_drain ------------------------------------------------------------------
 
 -- What a poll's run_drain passes to xpcall: the loop of this Lua, or on PUC
 -- 5.1, whose xpcall passes f no arguments, a function that reads them from
 -- upvalues that set_batch_args sets just before (xpcall calls it at once; a
 -- closure per batch would be garbage). Elsewhere set_batch_args is nil.
-local batch, set_batch_args = ffi_batch or classic_batch, nil
+local batch, set_batch_args = jit_steps and jit_steps.batch or classic_batch, nil
 if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)) ~= 1 then
   local next_drain, next_budget
   batch = function()
@@ -163,8 +108,8 @@ if select(2, xpcall(function(...) return select("#", ...) end, pass_error, true)
   end
   set_batch_args = function(drain, budget) next_drain, next_budget = drain, budget end
 end
--- A hand-off runs one task, which the FFI take would leave to the classic one.
-local handoff_batch = set_batch_args and batch or classic_batch
+-- A hand-off runs one task.
+local handoff_batch = (set_batch_args or jit_steps) and batch or classic_batch
 
 -- Runs up to `max` tasks of the drain, in batches of drain_batch (batch, or
 -- handoff_batch); returns how many ran; a task's error goes to
@@ -229,7 +174,7 @@ local function drain_timer(timer, max, spawn)
   local report = error_reporter(timer, has_on_error)
   if spawn then return spawn_all(drain, handler, max, spawn, report) end
   local ran = run_drain(drain, handler, max, batch, report)
-  recycle(drain)                               -- the next poll's, unless it raised
+  recycle(drain, timer)                        -- the next poll's, unless it raised
   return ran
 end
 
