@@ -28,7 +28,7 @@ MODULE     := $(OUT)/hwt/core.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
-.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
+.PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-traces bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
         test-all-luas all-luas rock rock-install
 
 all: $(MODULE)
@@ -222,11 +222,16 @@ bench-idle: deps all
 bench-reset: deps all
 	@$(RUN_ENV) $(LUA) bench/reset.lua
 
-# nginx: the worker's wake-ups while idle and the lateness of 10^4 timeouts,
 # What any Lua timer pays on this machine, on Lua 5.4 and LuaJIT: a closure, a
 # userdata, a C call, an anchor, a cache miss, the drain floor (bench/README.md).
 bench-floor: bench-deps
 	@sh bench/floor.sh
+
+# LuaJIT: whether the trace compiler compiles hwt's side of W1s, W2, W3s and
+# W4 (luajit -jv; exits non-zero on an abort in hwt's Lua files).
+bench-traces:
+	@LUA=luajit sh test/deps.sh
+	@sh bench/jit_traces.sh
 
 # hwt against the contract's floor: W1-W3s with and without a timer behind
 # the API's Lua-side work, Lua 5.4 and LuaJIT, interleaved (bench/README.md).
@@ -269,6 +274,7 @@ help:
 	@echo "make bench-idle  the worker's wake-ups and CPU while idle"
 	@echo "make bench-reset  idle timeouts re-armed per event: reset() vs cancel + new and luv again()"
 	@echo "make bench-floor  the floors: closure, userdata, C call, anchor, cache miss, drain"
+	@echo "make bench-traces LuaJIT: trace aborts on hwt's side of W1s, W2, W3s, W4 (luajit -jv)"
 	@echo "make bench-contract  hwt against the contract's floor (the API's Lua-side work alone)"
 	@echo "make bench-wake  CPU per wake-up: the floor, timer:run(), a wait()/poll() loop"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness, throughput vs ngx.timer.at"

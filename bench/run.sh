@@ -7,6 +7,11 @@
 #   peers:  hwt, luv, heap (Lua processes: bench/lua_bench.lua on $LUA),
 #           hwtjit (the hwt peer of bench/lua_bench.lua run by luajit, with
 #             build/luajit/hwt/core.so: make -s LUA=luajit all),
+#           hwtjit_old (the same with the LuaJIT binding of HWT_OLD_REF,
+#             default 2e7a7fa, the last with a userdata Timeout on LuaJIT:
+#             its src/ and lua/ taken with git archive, built into $OUT),
+#           jitfloor (bench/jit_floor.lua: W1s, W2 and W4's loops on LuaJIT
+#             with hwt taken out, what any FFI binding must pay),
 #           netty (bench/netty/HwtBench.java on netty-common's HashedWheelTimer),
 #           timerwheel (timerwheel.lua on LuaJIT, the same workloads: Debian
 #             does not package it, so it runs only when TIMERWHEEL_DIR names a
@@ -71,6 +76,19 @@ if command -v "$LUAJIT" >/dev/null 2>&1 &&
    LUA_CPATH="$JIT_CPATH" "$LUAJIT" -e 'require("hwt")' 2>/dev/null; then
   printf 'hwtjit\nluajit\n' >> "$OUT/present"
 fi
+# The LuaJIT binding before the FFI one (issue 44), for the comparison.
+HWT_OLD_REF=${HWT_OLD_REF:-2e7a7fa}
+OLD=$OUT/old
+if command -v "$LUAJIT" >/dev/null 2>&1 && mkdir -p "$OLD" &&
+   git archive "$HWT_OLD_REF" src lua 2>/dev/null | tar -x -C "$OLD" &&
+   mkdir -p "$OLD/build/hwt" &&
+   ${CC:-cc} -std=c11 -O2 -I/usr/include/luajit-2.1 -fPIC -fvisibility=hidden -pthread -shared \
+     -o "$OLD/build/hwt/core.so" "$OLD"/src/*.c -ldl >&2; then
+  echo hwtjit_old >> "$OUT/present"
+else
+  echo "PSTATUS hwtjit_old missing (no git history for $HWT_OLD_REF, or it did not build)" >> "$RES"
+fi
+command -v "$LUAJIT" >/dev/null 2>&1 && echo jitfloor >> "$OUT/present"
 # timerwheel.lua (LuaJIT): not in Debian; found on LuaJIT's own path, or in
 # the checkout that TIMERWHEEL_DIR names.
 TW_PATH="${TIMERWHEEL_DIR:+$TIMERWHEEL_DIR/src/?/init.lua;}$LUA_PATH"
@@ -114,6 +132,11 @@ run() {
   case $peer in
     netty)  set -- java -cp "bench/netty/build:$NETTY_JAR" HwtBench "$w" "$n" $s ;;
     hwtjit) as=hwt; set -- env LUA_CPATH="$JIT_CPATH" "$LUAJIT" bench/lua_bench.lua hwt "$w" "$n" $s ;;
+    hwtjit_old) as=hwt; set -- env LUA_PATH="$OLD/lua/?.lua;;" LUA_CPATH="$OLD/build/?.so;;" \
+                  "$LUAJIT" bench/lua_bench.lua hwt "$w" "$n" $s ;;
+    jitfloor)
+      case $w in W1s) m=schedule ;; W2) m=cancel ;; W4) m=drain ;; *) return ;; esac
+      as=jitfloor; set -- sh -c "$LUAJIT bench/jit_floor.lua $m $n | sed 's/^RESULT floor luajit [a-z]*_ops_per_s/RESULT jitfloor $w ops_per_s/; s/^RESULT floor luajit bytes_per_pending/RESULT jitfloor $w bytes_per_timeout/; s/^RESULT floor luajit drain_callbacks_per_s/RESULT jitfloor $w cb_per_s_drain/; s/ [1B\/s]*\$//'" ;;
     luajit) as=lua; set -- env LUA_CPATH="$JIT_CPATH" "$LUAJIT" bench/lua_bench.lua lua "$w" "$n" $s ;;
     timerwheel) set -- env LUA_PATH="$TW_PATH" LUA_CPATH="$JIT_CPATH" "$LUAJIT" bench/lua_bench.lua timerwheel "$w" "$n" $s ;;
     *)      set -- "$LUA" bench/lua_bench.lua "$peer" "$w" "$n" $s ;;
@@ -129,7 +152,7 @@ run() {
   fi
 }
 
-PEERS="hwt hwtjit luv heap netty timerwheel"
+PEERS="hwt hwtjit hwtjit_old jitfloor luv heap netty timerwheel"
 run lua W0 "$N"          # closure floor (Lua alone; uses hwt.now() as its clock)
 run luajit W0 "$N"
 for w in W1 W1s W2 W3 W3s W4 W5 W6; do
@@ -197,6 +220,17 @@ function count(peer, w, m) { return isnum(raw(peer, w, m)) ? sprintf("%d", raw(p
 function raw(peer, w, m) { return ((peer SUBSEP w SUBSEP m) in val) ? val[peer, w, m] : "" }
 # A target row: "label | measured | met/missed"; x is the measured figure
 # (a ratio when what is "x"), compared with thr (ge: at least, le: at most).
+function fmtx(r) { return isnum(r) ? sprintf("%.2fx", r) : "-" }
+# A target row of the issue 44 table, as target() prints, and what stands beside it.
+function t44(label, x, op, thr, unit, beside,   shown, verdict) {
+  if (!isnum(x)) { shown = (x == "") ? "-" : x; verdict = "-" }
+  else {
+    shown = (unit == "x") ? sprintf("%.2fx", x) : fmt(x) unit
+    if ((op == "ge" && x + 0 >= thr) || (op == "le" && x + 0 <= thr)) verdict = "met"
+    else verdict = "**missed**"
+  }
+  printf("| %-62s | %14s | %-11s | %-24s |\n", label, shown, verdict, beside)
+}
 function target(label, x, op, thr, unit,   shown, verdict) {
   if (!isnum(x)) { shown = (x == "") ? "-" : x; verdict = "-" }
   else {
@@ -292,6 +326,24 @@ END {
     target("W1s schedule, shared function: hwt / Netty", rel_or_why("hwt", "netty", "W1s", "ops_per_s"), "", 0, "x")
     target("W3s churn, shared function: hwt / luv", rel_or_why("hwt", "luv", "W3s", "ops_per_s"), "", 0, "x")
     target("W3s churn, shared function: hwt / Lua heap", rel_or_why("hwt", "heap", "W3s", "ops_per_s"), "", 0, "x")
+    printf("\n| %-62s | %14s | %-11s | %-24s |\n", "target (issue 44: LuaJIT)", "measured", "", "beside it")
+    printf("|%s|%s:|%s|%s|\n", "----------------------------------------------------------------", "---------------", "-------------", "--------------------------")
+    t44("W3s churn: LuaJIT / timerwheel.lua >= 3", rel_or_why(jit, "timerwheel", "W3s", "ops_per_s"), "ge", 3, "x",
+        "0.2 binding " fmtx(rel(raw("hwtjit_old", "W3s", "ops_per_s"), raw("timerwheel", "W3s", "ops_per_s"))))
+    t44("W1s schedule: LuaJIT / hwt on " LUANAME " >= 2", rel_or_why(jit, "hwt", "W1s", "ops_per_s"), "ge", 2, "x",
+        "0.2 binding " fmtx(rel(raw("hwtjit_old", "W1s", "ops_per_s"), raw("hwt", "W1s", "ops_per_s"))))
+    t44("W3 churn (a closure each): LuaJIT / timerwheel.lua >= 1.5", rel_or_why(jit, "timerwheel", "W3", "ops_per_s"), "ge", 1.5, "x",
+        "0.2 binding " fmtx(rel(raw("hwtjit_old", "W3", "ops_per_s"), raw("timerwheel", "W3", "ops_per_s"))))
+    t44("W2 cancel: LuaJIT / luv on " LUANAME " >= 4", rel_or_why(jit, "luv", "W2", "ops_per_s"), "ge", 4, "x",
+        "floor " fmt(raw("jitfloor", "W2", "ops_per_s")) "/s = " fmtx(rel(raw("jitfloor", "W2", "ops_per_s"), raw("luv", "W2", "ops_per_s"))))
+    t44("W1s bytes per pending timeout, LuaJIT <= 120", raw(jit, "W1s", "bytes_per_timeout") == "" ? cell(jit, "W1s", "bytes_per_timeout") : raw(jit, "W1s", "bytes_per_timeout"), "le", 120, " B",
+        "floor " fmt(raw("jitfloor", "W1s", "bytes_per_timeout")) " B")
+    t44("W4 callbacks/s while draining, LuaJIT >= 3M", raw(jit, "W4", "cb_per_s_drain") == "" ? cell(jit, "W4", "cb_per_s_drain") : raw(jit, "W4", "cb_per_s_drain"), "ge", 3e6, "",
+        "floor " fmt(raw("jitfloor", "W4", "cb_per_s_drain")) "/s")
+    printf("\nThe floors (bench/jit_floor.lua) are the same loops on LuaJIT with hwt taken out: a 16 B cdata, one FFI\n")
+    printf("call on 64 B of C memory, the table stores (W1s: memory per pending, the 64 B included; W2: cancel in\n")
+    printf("random order; W4: a closure each called in random order). 0.2 binding: the\n")
+    printf("userdata binding of HWT_OLD_REF run in the same way.\n")
     exit
   }
   # PART == "detail": hwt on LUA against luv, the heap and Netty, every metric.

@@ -45,6 +45,7 @@ else
     while timer:pending() > 0 do timer:wait(); timer:poll() end
   else
     local core = require("hwt.core")
+    assert(core.internal.take, "the core mode calls the userdata binding's steps (Lua 5.1-5.4, not LuaJIT)")
     local wait, drain_of, take = core.Timer.wait, core.internal.drain, core.internal.take
     local finish, recycle = core.internal.finish, core.internal.recycle
     while wait(timer) do

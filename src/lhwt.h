@@ -3,7 +3,8 @@
  * (module hwt.core, src/lhwt*.c) share. The binding has no threads of its
  * own and no wheel logic: it checks arguments, anchors Lua values and gives
  * lua/hwt.lua the steps of running tasks, or on Lua 5.3+ the loop that calls
- * them (lhwt_drain.c, lhwt_dispatch_*.c).
+ * them (lhwt_drain.c, lhwt_dispatch_callk.c); on LuaJIT a C ABI for the FFI
+ * (lhwt_ffi.c).
  *
  * Memory: the engine links two kinds of Lua memory. A Timeout userdata
  * embeds its `timeout` node; while the node is pending, due or running, the
@@ -316,9 +317,6 @@ drain *begin_poll(lua_State *L, lhwt_queue *tm);
 bool has_on_error(lua_State *L);
 void push_anchored(lua_State *L, lhwt_timeout *to);
 int internal_drain(lua_State *L);
-void make_current(drain *d, lhwt_timeout *to);
-bool read_ahead_due(drain *d);
-void read_ahead(lua_State *L, drain *d, int anchors_idx);
 lhwt_timeout *take_next(lua_State *L, drain *d, int anchors_idx);
 int internal_take(lua_State *L);
 int internal_args(lua_State *L);

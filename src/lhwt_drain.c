@@ -179,7 +179,7 @@ static void finish_current(lua_State *L, drain *d) {
   after_finish(L, d, to, tq_finish(&to->node, d->current_seq), 0);
 }
 
-void make_current(drain *d, lhwt_timeout *to) {
+static void make_current(drain *d, lhwt_timeout *to) {
   d->current = to;
   d->current_seq = timeout_seq(&to->node);
   d->taken++;
@@ -228,7 +228,7 @@ static void push_task_from_entry(lua_State *L, int entry_idx) {
 }
 
 /* Whether the poll's current timeout is the first of a new read_ahead. */
-bool read_ahead_due(drain *d) {
+static bool read_ahead_due(drain *d) {
   if (d->ahead_left == 0) return true;
   d->ahead_left--;
   return false;
@@ -240,7 +240,7 @@ bool read_ahead_due(drain *d) {
  * overlap, where each take would otherwise wait for its own. Only a hint:
  * the due ones may change before their takes. anchors_idx: as in
  * after_finish. */
-void read_ahead(lua_State *L, drain *d, int anchors_idx) {
+static void read_ahead(lua_State *L, drain *d, int anchors_idx) {
   d->ahead_left = READ_AHEAD - 1;
   /* The room first: nothing between the walk and the reads may allocate. */
   if (!lua_checkstack(L, READ_AHEAD + 2)) return;
