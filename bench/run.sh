@@ -273,15 +273,16 @@ END {
     printf("Timer benchmark: N=%d (W6: %d over %d s, wheel 512), tick 1 ms, W5 idle %d s; %d s in all.\n", N, N6, SPAN, IDLE, ELAPSED)
     printf("One process per run; %s; load average before -> after: %s.\n",
       REPEAT > 1 ? "every figure the median of " REPEAT " runs, W5 one run" : "one run each", LOAD)
-    printf("hwt = %s; hwt LuaJIT = the same bench/lua_bench.lua workloads run by luajit.\n", LUANAME)
+    printf("hwt = %s; hwt LuaJIT = the same bench/lua_bench.lua workloads run by luajit; LuaJIT 0.2 = the same with the\n", LUANAME)
+    printf("userdata binding of HWT_OLD_REF (before the FFI one).\n")
     printf("W1s/W3s = W1/W3 with one shared function and an argument per timeout, timer:timeout(d, on_timeout, conn)\n")
     printf("(luv: a uv timer each, one shared callback, no argument; heap: conn as payload; Netty: one shared TimerTask).\n")
     exit
   }
   if (PART == "summary") {
     jit = "hwtjit"
-    printf("| %-52s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", "workload (N = " N ")", "hwt", "hwt LuaJIT", "Netty", "luv", "timerwheel.lua, LuaJIT", "Lua heap")
-    printf("|%s|%s:|%s:|%s:|%s:|%s|%s:|\n", "------------------------------------------------------", "-----------", "-----------", "-----------", "-----------", "----------------------------------", "-----------")
+    printf("| %-52s | %10s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", "workload (N = " N ")", "hwt", "hwt LuaJIT", "LuaJIT 0.2", "Netty", "luv", "timerwheel.lua, LuaJIT", "Lua heap")
+    printf("|%s|%s:|%s:|%s:|%s:|%s:|%s|%s:|\n", "------------------------------------------------------", "-----------", "-----------", "-----------", "-----------", "-----------", "----------------------------------", "-----------")
     nr = split("W1 ops_per_s W1 schedule ops/s|W1 bytes_per_timeout W1 bytes per pending timeout (RSS; Netty: heap)|" \
       "W1s ops_per_s W1s schedule, shared function + argument, ops/s|" \
       "W1s bytes_per_timeout W1s bytes per pending timeout (RSS; Netty: heap)|" \
@@ -294,8 +295,8 @@ END {
     for (i = 1; i <= nr; i++) {
       split(rows[i], f, " "); w = f[1]; m = f[2]
       label = rows[i]; sub(/^[^ ]+ [^ ]+ /, "", label)
-      printf("| %-52s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", label, cell("hwt", w, m), cell(jit, w, m),
-        cell("netty", w, m), cell("luv", w, m), cell("timerwheel", w, m), cell("heap", w, m))
+      printf("| %-52s | %10s | %10s | %10s | %10s | %10s | %-32s | %10s |\n", label, cell("hwt", w, m), cell(jit, w, m),
+        cell("hwtjit_old", w, m), cell("netty", w, m), cell("luv", w, m), cell("timerwheel", w, m), cell("heap", w, m))
     }
     printf("\nNetty bytes are Java heap in use (RSS: W1 %s, W1s %s). Callbacks/s while draining: the timeouts due\n",
       cell("netty", "W1", "bytes_rss_per_timeout"), cell("netty", "W1s", "bytes_rss_per_timeout"))

@@ -228,7 +228,10 @@ end
 function Timeout.cancel(t)
   check_timeout(t, "cancel")
   local number = t.slot
-  if number > NUMBER_MAX then return false end
+  -- Ended, or its slot's entry is not t (a timer that went): nothing to
+  -- cancel. Reading the entry first also starts its cache miss before the
+  -- engine's lock, so that it overlaps the slot's.
+  if number > NUMBER_MAX or not rawequal(calls[2 * number - 1], t) then return false end
   local result = cancel(arena, t)
   if result == 2 then
     clear_entries(number)
