@@ -137,8 +137,11 @@ $(OUT)/asan/alloc_host: test/stress/alloc_host.c
 
 C_TESTS := $(patsubst test/unit/%.c,%,$(wildcard test/unit/test_*.c))
 CHECK_BINARIES := $(BUILD)/fuzz_wheel $(BUILD)/tsan/stress_engine $(OUT)/asan/alloc_host
-# The chaos run's hosts (test/stress/chaos.lua is Lua 5.4 only).
+# The chaos run's hosts (test/stress/chaos.lua: Lua 5.4 and LuaJIT). make check
+# runs it on 5.4 and, under ASan+UBSan, on LuaJIT (its host built with LuaJIT's
+# flags by a make of its own, as all-luas builds LuaJIT's module).
 CHAOS_HOSTS := $(OUT)/asan/chaos_host $(OUT)/tsan/chaos_host
+CHAOS_LUAJIT_HOST := $(BUILD)/luajit/asan/chaos_host
 ifeq ($(LUA),lua5.4)
 CHECK_BINARIES += $(CHAOS_HOSTS)
 endif
@@ -170,6 +173,7 @@ test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_i
 # nginx test, the LuaRocks install test and a smoke run of the benchmark harness
 # (so it installs the benchmark peers too).
 check: deps-check all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build $(CHECK_BINARIES)
+	@$(MAKE) --no-print-directory LUA=luajit $(CHAOS_LUAJIT_HOST)
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_CHECK=1 \
 	  HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh
 
@@ -180,7 +184,8 @@ soak: deps all
 	@$(RUN_ENV) $(LUA) test/stress/soak.lua
 
 # The chaos run alone (CHAOS_SECONDS, CHAOS_ALLOC_SECONDS, CHAOS_TSAN_SECONDS, CHAOS_SEED,
-# CHAOS_SKIP: see test/stress/chaos_host.c), the second time with a collector step at every allocation.
+# CHAOS_SKIP: see test/stress/chaos_host.c), the second time with a collector step at every
+# allocation (LuaJIT: its nearest, test/stress/chaos.lua). LUA=luajit runs it on LuaJIT.
 chaos: deps $(CHAOS_HOSTS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(OUT)/asan/chaos_host
@@ -265,9 +270,9 @@ help:
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"
 	@echo "make test-all-luas  specs and examples on lua5.1-5.3 and luajit, plus make test on lua5.4"
-	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run)"
+	@echo "make fuzz     the differential fuzzer (FUZZ_SECONDS=N for a long run; LUA=luajit too)"
 	@echo "make soak     the soak test (SOAK_SECONDS=N)"
-	@echo "make chaos    random scripts in many states on threads, 60 s under ASan+UBSan, 30 s under TSan"
+	@echo "make chaos    random scripts in many states on threads, 60 s under ASan+UBSan, 30 s under TSan (LUA=luajit too)"
 	@echo "make bench    hwt (Lua 5.4, LuaJIT) vs luv, a Lua heap and Netty (make bench-deps installs them)"
 	@echo "make bench-quick  a one-minute version of make bench"
 	@echo "make bench-shared  1000 timers x 1000 timeouts, shared vs private engines"

@@ -14,7 +14,8 @@
 #               reliability checks (HWT_CHECK=1): the differential fuzzer,
 #               libFuzzer on the wheel, the TSan engine stress test,
 #               allocation failures, the soak, the chaos run (ASan, TSan; and
-#               under ASan with a collector step at every allocation), a real nginx with
+#               under ASan with a collector step at every allocation; on LuaJIT
+#               too, under ASan, and its differential fuzzer), a real nginx with
 #               lua-nginx-module, hwt.jobs in nginx, a LuaRocks install, and a smoke run of
 #               the benchmark harness (bench/run.sh quick).
 # HWT_ONLY=plain|asan runs one half of `make test`.
@@ -156,13 +157,23 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
   run_counted "soak" env LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/soak.lua
   if [ "$LUA" = lua5.4 ]; then
     run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-25}" "$OUT/asan/chaos_host"
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-20}" "$OUT/asan/chaos_host"
     run_counted "chaos, a collector step at every allocation ($LUA, asan+ubsan)" env CHAOS_ALLOC_STRESS=1 \
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       CHAOS_SEED=1000000 CHAOS_SECONDS="${CHAOS_ALLOC_SECONDS:-20}" "$OUT/asan/chaos_host"
     run_counted "chaos ($LUA, tsan)" env TSAN_OPTIONS=halt_on_error=1 \
       CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-30}" "$OUT/tsan/chaos_host"
   fi
+  # LuaJIT (make check builds its host and module): the chaos run under
+  # ASan+UBSan, both modes, and the differential fuzzer, a few seconds each.
+  run_counted "chaos (luajit, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_LUAJIT_SECONDS:-10}" \
+    build/luajit/asan/chaos_host
+  run_counted "chaos, the busiest collector (luajit, asan+ubsan)" env CHAOS_ALLOC_STRESS=1 \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    CHAOS_SEED=1000000 CHAOS_SECONDS="${CHAOS_LUAJIT_ALLOC_SECONDS:-8}" build/luajit/asan/chaos_host
+  run_counted "differential fuzzer (luajit)" env LUA_PATH='lua/?.lua;;' LUA_CPATH="build/luajit/?.so;;" \
+    FUZZ_SECONDS="${FUZZ_LUAJIT_SECONDS:-8}" timeout "$SCRIPT_TIMEOUT" luajit test/stress/fuzz/differential.lua
   run_counted "engine stress (tsan)" build/tsan/stress_engine
   run_counted "wheel libFuzzer" sh test/stress/fuzz/run_libfuzzer.sh build/fuzz_wheel
   run_counted "allocation failures (asan)" "$OUT/asan/alloc_host" "$OUT/asan/?.so"

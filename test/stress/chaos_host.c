@@ -22,7 +22,14 @@
  * longer is reported as a hang and aborts), CHAOS_SCRIPT (default
  * test/stress/chaos.lua); the script reads CHAOS_SKIP, CHAOS_STATS and
  * CHAOS_ALLOC_STRESS (a collector step at every allocation) itself. Run
- * from the repository root (package.path gets lua/?.lua). Lua 5.4.
+ * from the repository root (package.path gets lua/?.lua).
+ *
+ * Lua 5.4 or LuaJIT 2.1 (make LUA=luajit). On LuaJIT the host gives the
+ * script a warn() of its own (5.4's pieces, into the same watch), and each
+ * state allocates through realloc/free, as 5.4's luaL_newstate does, instead
+ * of LuaJIT's own mmap-based allocator: so ASan sees every Lua object
+ * (userdata, cdata, tables) that hwt's C code reads or writes, and reports a
+ * use after the collector freed it. LuaJIT's own code is not instrumented.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -168,7 +175,6 @@ static void set_error(chaos_run *run, const char *message) {
 /* Lua's warn(): "chaos-fail: ..." is an invariant failure found while the
  * state closes; other warnings (Lua's "error in __gc", which chaos
  * provokes at the C-stack limit) only show with CHAOS_VERBOSE. */
-#if LUA_VERSION_NUM >= 504
 static void on_warning(void *ud, const char *piece, int to_be_continued) {
   chaos_run *run = ud;
   size_t room = sizeof run->warning - 1 - run->warning_length;
@@ -183,6 +189,38 @@ static void on_warning(void *ud, const char *piece, int to_be_continued) {
   else if (config.verbose && run->warning[0] != '@')
     fprintf(stderr, "chaos: seed %lld: warning: %s\n", run->seed, run->warning);
   run->warning_length = 0;
+}
+
+#if LUA_VERSION_NUM < 504
+/* warn(msg1, ...) where Lua has none (LuaJIT): 5.4's, into on_warning. */
+static int host_warn(lua_State *L) {
+  int n = lua_gettop(L);
+  for (int i = 1; i <= n; i++) luaL_checkstring(L, i);
+  luaL_argcheck(L, n > 0, 1, "string expected");
+  chaos_run *run = lua_touserdata(L, lua_upvalueindex(1));
+  for (int i = 1; i <= n; i++) on_warning(run, lua_tostring(L, i), i < n);
+  return 0;
+}
+#endif
+
+#ifdef COMPAT_FFI
+/* LuaJIT: Lua's memory from malloc, where ASan watches it (see the top). */
+static void *system_alloc(void *ud, void *block, size_t old_size, size_t new_size) {
+  (void)ud;
+  (void)old_size;
+  if (new_size == 0) {
+    free(block);
+    return NULL;
+  }
+  return realloc(block, new_size);
+}
+
+static int on_panic(lua_State *L) {
+  const char *message = lua_tostring(L, -1);
+  fprintf(stderr, "chaos: PANIC: unprotected error in call to Lua API (%s)\n",
+          message ? message : "error object is not a string");
+  fflush(stderr);
+  abort();
 }
 #endif
 
@@ -231,13 +269,22 @@ static chaos_run *start_run(long long seed, int thread) {
   run->owner = thread;
   set_activity(thread, seed, 0);
   if (config.verbose) fprintf(stderr, "chaos: thread %d: seed %lld\n", thread, seed);
+#ifdef COMPAT_FFI
+  run->L = lua_newstate(system_alloc, NULL);
+  if (run->L) lua_atpanic(run->L, on_panic);
+#else
   run->L = luaL_newstate();
+#endif
   if (!run->L) {
     set_error(run, "luaL_newstate failed");
     return run;
   }
 #if LUA_VERSION_NUM >= 504
   lua_setwarnf(run->L, on_warning, run);
+#else
+  lua_pushlightuserdata(run->L, run);
+  lua_pushcclosure(run->L, host_warn, 1);
+  lua_setglobal(run->L, "warn");
 #endif
   run_script(run);
   return run;

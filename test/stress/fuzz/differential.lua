@@ -65,31 +65,130 @@
 --    cancelled; periodic ones that ran end quietly; later calls raise "timer is stopped";
 --  * stats(): pending, due, fired (tasks started), cancelled (incl. by stop),
 --    ticks = floor(now / tick) (frozen at stop), late_max = max(start - deadline).
--- The PRNG is xorshift64* on Lua 5.4 integers (math.random is never used).
+-- The PRNG is xorshift64* on 64-bit integers (math.random is never used).
 -- The model's clock stays below 2^61 ns (a jump uses at most 1/16 of what is left)
--- so that deadlines (now + up to 2^62) fit in Lua's signed integers; only the final
+-- so that deadlines (now + up to 2^62) fit in signed 64-bit integers; only the final
 -- advance(1e300) takes it to hwt's limit, 2^62 ns.
+-- Lua 5.4 and LuaJIT (make fuzz LUA=luajit): the same seeds draw the same
+-- operations and the model is the same. The model's nanoseconds are 5.4's integers,
+-- or LuaJIT's int64_t cdata (its numbers are doubles, exact only to 2^53), and the
+-- integer operators 5.4 has and LuaJIT lacks (//, ~, >>) are the functions of
+-- "integers" below; hwt itself gets plain numbers. Where LuaJIT has no <close>, the
+-- "close" operations cancel the timeout or stop the timer, as __close does; poll()'s
+-- largest max is 2^63 - 1024 there (the largest double below 2^63). The JIT stays on
+-- (the chaos run turns it off on LuaJIT before 2.1.1710398010, whose JIT it broke:
+-- test/stress/chaos.lua; here, one state and few finalizers, Debian 12's LuaJIT ran
+-- 13.8M operations clean with it); FUZZ_JIT=0 turns it off.
 -- A crash of the core (a signal) ends the run without a report: rerun with
 -- FUZZ_TRACE=1 to see the seed and the last operation.
 -- Not covered: the real clock and its worker thread, wait() that blocks, fd()
 -- readiness, nested poll()/advance() from inside a task, hwt.retry / sleep.
+
+local is_jit = rawget(_G, "jit") ~= nil
+local LUA_NAME = is_jit and "luajit" or "lua" .. _VERSION:sub(5)   -- its build/ directory
+
+if is_jit and os.getenv("FUZZ_JIT") == "0" then jit.off() end
 
 -- Find hwt next to this file when LUA_PATH / LUA_CPATH do not say otherwise.
 do
   local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
   local root = dir .. "/../.."
   package.path = package.path .. ";" .. root .. "/lua/?.lua"
-  package.cpath = package.cpath .. ";" .. root .. "/build/lua" .. _VERSION:sub(5) .. "/?.so"
+  package.cpath = package.cpath .. ";" .. root .. "/build/" .. LUA_NAME .. "/?.so"
 end
 
 local hwt = require("hwt")
 
+-- ---- integers: 5.4's, or LuaJIT's int64_t ------------------------------------
+-- I(x): x as the model's integer; idiv: //; bxor: ~; shr: >> (logical); the
+-- constants; new_rng (below). Each Lua compiles only its own chunk.
+local integers = assert(load(is_jit and [[
+  local ffi, bit = require("ffi"), require("bit")
+  local int64 = ffi.typeof("int64_t")
+  local M = {}
+  M.I = int64
+  M.is_integer = function(v) return ffi.istype(int64, v) end
+  -- int64_t division truncates: // for the operands here, which are never negative.
+  M.idiv = function(a, b)
+    if type(a) == "number" and type(b) == "number" then return math.floor(a / b) end
+    return int64(a) / b
+  end
+  M.bxor, M.shr = bit.bxor, bit.rshift
+  M.MAX_NS, M.NOW_CAP, M.TWO53 = int64(2 ^ 62), int64(2 ^ 61), int64(2 ^ 53)
+  M.MAXINT = 0x7FFFFFFFFFFFFFFFLL
+  M.POLL_HUGE = 2 ^ 63 - 1024
+  M.to_integer = function(n) return n and n % 1 == 0 and n or nil end
+  local bxor, lshift, rshift = bit.bxor, bit.lshift, bit.rshift
+  function M.new_rng(seed)
+    local z = ffi.cast("uint64_t", seed) + 0x9E3779B97F4A7C15ULL    -- splitmix64 for the state
+    z = bxor(z, rshift(z, 30)) * 0xBF58476D1CE4E5B9ULL
+    z = bxor(z, rshift(z, 27)) * 0x94D049BB133111EBULL
+    z = bxor(z, rshift(z, 31))
+    if z == 0ULL then z = 1ULL end
+    local s = z
+    -- lo..hi, xorshift64*: a number when both bounds are, else an int64_t
+    return function(lo, hi)
+      local x = s
+      x = bxor(x, rshift(x, 12)); x = bxor(x, lshift(x, 25)); x = bxor(x, rshift(x, 27))
+      s = x
+      local r = rshift(x * 0x2545F4914F6CDD1DULL, 2) % (hi - lo + 1)
+      if type(lo) == "number" and type(hi) == "number" then return lo + tonumber(r) end
+      return lo + int64(r)
+    end
+  end
+  return M
+]] or [[
+  local M = {}
+  M.I = function(x) return x end
+  M.is_integer = function(v) return math.type(v) == "integer" end
+  M.idiv = function(a, b) return a // b end
+  M.bxor = function(a, b) return a ~ b end
+  M.shr = function(a, n) return a >> n end
+  M.MAX_NS, M.NOW_CAP, M.TWO53 = 1 << 62, 1 << 61, 1 << 53
+  M.MAXINT = math.maxinteger
+  M.POLL_HUGE = math.maxinteger
+  M.to_integer = math.tointeger
+  function M.new_rng(seed)
+    local z = seed + 0x9E3779B97F4A7C15                  -- splitmix64 for the state
+    z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ~ (z >> 27)) * 0x94D049BB133111EB
+    z = z ~ (z >> 31)
+    if z == 0 then z = 1 end
+    local s = z
+    return function(lo, hi)                              -- lo..hi, xorshift64*
+      local x = s
+      x = x ~ (x >> 12); x = x ~ (x << 25); x = x ~ (x >> 27)
+      s = x
+      return lo + ((x * 0x2545F4914F6CDD1D) >> 2) % (hi - lo + 1)
+    end
+  end
+  return M
+]]))()
+local I, idiv, bxor, shr = integers.I, integers.idiv, integers.bxor, integers.shr
+local to_integer = integers.to_integer
+
+-- <close> on the Lua that has it; elsewhere what __close does: a Timeout
+-- cancels itself, a Timer stops.
+local close_now = is_jit and function(v)
+  if hwt.is_timeout(v) then v:cancel() else v:stop() end
+end or assert(load("return function(v) local closing <close> = v end"))()
+
+-- The same Timeout: the very object on 5.4; on LuaJIT, where a Timeout may be
+-- a cdata, what == says (API.md: t1 == t2 only for the same timeout).
+local function same_timeout(a, b)
+  if rawequal(a, b) then return true end
+  return is_jit and a ~= nil and b ~= nil and hwt.is_timeout(a) and hwt.is_timeout(b) and a == b
+end
+
 local NEVER = math.huge
-local MAX_NS = 1 << 62              -- ENGINE_MAX_DELAY_NS
+local MAX_NS = integers.MAX_NS      -- ENGINE_MAX_DELAY_NS
 local MAX_NS_FLOAT = 4611686018427387904.0
-local NOW_CAP = 1 << 61             -- the model's clock stays below this (no overflow)
-local MAXINT = math.maxinteger
-local unpack = table.unpack
+local NOW_CAP = integers.NOW_CAP    -- the model's clock stays below this (no overflow)
+local MAXINT = integers.MAXINT
+local unpack = table.unpack or unpack
+
+-- Nanoseconds as seconds (the model's integer to a number, then / 1e9).
+local function secs(ns) return tonumber(ns) / 1e9 end
 
 -- ---- helpers ---------------------------------------------------------------
 
@@ -98,19 +197,21 @@ local function to_ns(seconds)
   if seconds == math.huge then return NEVER end
   local x = seconds * 1e9 + 0.5
   if x >= MAX_NS_FLOAT then return MAX_NS end
-  return math.floor(x)
+  return I(math.floor(x))
 end
 
 local function mul_cap(a, b)        -- min(a * b, MAX_NS) for a, b >= 0
   if a == 0 or b == 0 then return 0 end
-  if a > MAX_NS // b then return MAX_NS end
-  return math.min(a * b, MAX_NS)
+  if a > idiv(MAX_NS, b) then return MAX_NS end
+  local product = a * b
+  return product < MAX_NS and product or MAX_NS
 end
 
-local function ceil_div(a, b) return a // b + (a % b ~= 0 and 1 or 0) end
+local function ceil_div(a, b) return idiv(a, b) + (a % b ~= 0 and 1 or 0) end
 
 local function show(v)
-  if math.type(v) == "float" then                 -- the shortest exact form
+  if integers.is_integer(v) then return (tostring(v):gsub("U?LL$", "")) end
+  if type(v) == "number" then                     -- the shortest exact form
     for digits = 14, 16 do
       local text = string.format("%." .. digits .. "g", v)
       if tonumber(text) == v then return text end
@@ -122,19 +223,7 @@ local function show(v)
 end
 
 local function new_rng(seed)
-  local z = seed + 0x9E3779B97F4A7C15                  -- splitmix64 for the state
-  z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
-  z = (z ~ (z >> 27)) * 0x94D049BB133111EB
-  z = z ~ (z >> 31)
-  if z == 0 then z = 1 end
-  local s = z
-  local rng = {}
-  function rng.int(lo, hi)                             -- lo..hi, xorshift64*
-    local x = s
-    x = x ~ (x >> 12); x = x ~ (x << 25); x = x ~ (x >> 27)
-    s = x
-    return lo + ((x * 0x2545F4914F6CDD1D) >> 2) % (hi - lo + 1)
-  end
+  local rng = { int = integers.new_rng(seed) }       -- lo..hi
   local int = rng.int
   function rng.chance(percent) return int(0, 99) < percent end
   function rng.pick(list) return list[int(1, #list)] end
@@ -185,11 +274,11 @@ local function count(key) cov[key] = cov[key] + 1 end
 
 local function new_model(tick_ns, max_pending)
   return setmetatable({
-    tick = tick_ns, now = 0, next_seq = 0, max_pending = max_pending,
+    tick = tick_ns, now = I(0), next_seq = 0, max_pending = max_pending,
     live = {}, periodic_live = 0, plist = {},   -- plist: the live periodic ones
     heap = {}, hn = 0,                          -- pending nodes {d, s, e} by (d, s)
     due = {}, dh = 1, dt = 0, due_count = 0,    -- due nodes, appended in (d, s) order
-    fired = 0, cancelled = 0, late_max = 0, stopped = false, stop_ticks = 0,
+    fired = 0, cancelled = 0, late_max = I(0), stopped = false, stop_ticks = 0,
     dr_limit = 0, dr_max = 0, dr_ran = 0, dr_cur = nil,
   }, Model)
 end
@@ -199,7 +288,13 @@ local function node_less(a, b)
 end
 
 local function entry_less(a, b)
-  if a.deadline ~= b.deadline then return a.deadline < b.deadline end
+  local da, db = a.deadline, b.deadline
+  if da ~= db then
+    -- never (math.huge) is after every deadline: said here, since LuaJIT compares
+    -- an int64_t with a number by converting the number to int64_t
+    if da == NEVER or db == NEVER then return db == NEVER end
+    return da < db
+  end
   return a.seq < b.seq
 end
 
@@ -239,7 +334,7 @@ function Model:heap_push(node)
   self.hn = i
   local d, s = node.d, node.s
   while i > 1 do
-    local p = i // 2
+    local p = math.floor(i / 2)
     local pn = h[p]
     local pd = pn.d
     if d < pd or (d == pd and s < pn.s) then h[i] = pn; i = p else break end
@@ -368,8 +463,8 @@ end
 -- The first grid point (last + k * interval, k >= 1) strictly later than now:
 -- a run never leaves its own next beat already due (API.md, every()).
 local function next_beat(last, interval, now)
-  local beats = now >= last and (now - last) // interval + 1 or 1
-  if beats > (MAX_NS - 1) // interval then return NEVER end
+  local beats = now >= last and idiv(now - last, interval) + 1 or 1
+  if beats > idiv(MAX_NS - 1, interval) then return NEVER end
   return last + beats * interval
 end
 
@@ -418,10 +513,10 @@ function Model:next_due()
     if e.interval then
       count(e.runs > 1 and "periodic runs after a re-arm" or "periodic first runs")
       local i = e.interval
-      local k, r = late // i, late % i
+      local k, r = idiv(late, i), late % i
       local what
       if late == 0 then what = "at the deadline"
-      elseif r == 0 then what = "late by exactly k intervals, k = " .. (k <= 5 and k or ">5")
+      elseif r == 0 then what = "late by exactly k intervals, k = " .. (k <= 5 and show(k) or ">5")
       elseif r == 1 then what = "late by k intervals + 1 ns"
       elseif r == i - 1 then what = "late by k intervals - 1 ns"
       elseif r < self.tick then what = "late by k intervals + 2 ns .. sub-tick"
@@ -461,7 +556,7 @@ function Model:stop()
   end
   self.live, self.periodic_live, self.plist, self.due_count = {}, 0, {}, 0
   self.stopped = true
-  self.stop_ticks = self.now // self.tick
+  self.stop_ticks = idiv(self.now, self.tick)
   return result
 end
 
@@ -500,12 +595,13 @@ local function run_seed(seed, trace)
   local end_of_time = chance(6)
   local stop_inside = chance(35)
 
-  local tick_ns = math.max(to_ns(tick), 1000)
+  local tick_ns = to_ns(tick)
+  if tick_ns < 1000 then tick_ns = I(1000) end
   local wheel = 1
   while wheel < wheel_size do wheel = wheel * 2 end
   local bits = 0
-  while (1 << bits) < wheel do bits = bits + 1 end
-  local levels = 1 + (64 - bits + 5) // 6
+  while 2 ^ bits < wheel do bits = bits + 1 end
+  local levels = 1 + math.floor((64 - bits + 5) / 6)
   local function level_ticks(L)            -- ticks per slot of level L >= 1
     local t = wheel
     for _ = 2, L do t = mul_cap(t, 64) end
@@ -592,10 +688,10 @@ local function run_seed(seed, trace)
   -- -- generators ---------------------------------------------------------------
 
   local function as_arg(ns)                -- the seconds value to pass for ns
-    local s = ns / 1e9
+    local s = secs(ns)
     local r = int(1, 25)
     if r == 1 then return string.format("%.17g", s) end          -- numeric string
-    if r == 2 and ns % 1000000000 == 0 and ns < (1 << 53) then return ns // 1000000000 end
+    if r == 2 and ns % 1000000000 == 0 and ns < integers.TWO53 then return tonumber(idiv(ns, 1000000000)) end
     return s
   end
 
@@ -625,7 +721,7 @@ local function run_seed(seed, trace)
   local TICK_PARTS = { 2, 3, 4, 7, 10 }
   local ZEROS = { 0, 0.0, "0" }
   local ZEROS2 = { 0, 0.0 }
-  local POLL_MAX = { 0, 1, 1, 2, 3, 5, 2.0, 100, MAXINT }
+  local POLL_MAX = { 0, 1, 1, 2, 3, 5, 2.0, 100, integers.POLL_HUGE }
 
   local function gen_delay_raw()           -- a delay argument for timeout()
     local T, W, now = tick_ns, wheel, m.now
@@ -641,7 +737,7 @@ local function run_seed(seed, trace)
     elseif r <= 58 then                                                 -- level boundary, absolute
       local span = mul_cap(level_ticks(int(1, levels)), T)
       if span >= MAX_NS then ns = MAX_NS
-      else ns = (now // span + 1) * span - now + pick(NEAR_T) end
+      else ns = (idiv(now, span) + 1) * span - now + pick(NEAR_T) end
     elseif r <= 66 then                                                 -- on / next to a tick
       ns = T - now % T + T * int(0, 3) + pick(NEAR_1)
     elseif r <= 76 then ns = int(0, 4 * W * T)
@@ -659,11 +755,11 @@ local function run_seed(seed, trace)
     local T, W = tick_ns, wheel
     local r = int(1, 100)
     if r <= 18 then return as_arg(int(1, T - 1))                        -- sub-tick
-    elseif r <= 22 then return as_arg(T // pick(TICK_PARTS))            -- a fraction of a tick
+    elseif r <= 22 then return as_arg(idiv(T, pick(TICK_PARTS)))        -- a fraction of a tick
     elseif r <= 25 then return as_arg(int(1, 9))                        -- a few ns
     elseif r <= 52 then return as_arg(T * int(1, 2 * W))                -- a tick multiple
     elseif r <= 60 then return as_arg(T * int(1, 2 * W) + pick(PLUS_MINUS_1))  -- next to one
-    elseif r <= 64 then return as_arg(T * int(1, 8) + T // 2)           -- k + 1/2 ticks
+    elseif r <= 64 then return as_arg(T * int(1, 8) + idiv(T, 2))       -- k + 1/2 ticks
     elseif r <= 90 then return as_arg(int(1, 4 * W * T))
     elseif r <= 94 then return 1e-12                                    -- below a ns
     elseif r <= 97 then return 1e300
@@ -700,11 +796,11 @@ local function run_seed(seed, trace)
     elseif r <= 96 then                                                 -- level boundary
       local span = mul_cap(level_ticks(int(1, levels)), T)
       if span >= NOW_CAP then ns = to_b
-      else ns = (now // span + 1) * span - now + pick(NEAR_T0) end
+      else ns = (idiv(now, span) + 1) * span - now + pick(NEAR_T0) end
     else ns = int(0, mul_cap(64 * 64 * W, T)) end
     -- A jump may use up at most 1/16 of the clock's remaining range, so that a long
     -- sequence keeps time moving (advance(1e300) at the end reaches the rest).
-    if ns > (NOW_CAP - now) // 16 then
+    if ns > idiv(NOW_CAP - now, 16) then
       if COVERAGE then count("advances shortened (too far for the clock's range)") end
       ns = to_b <= NOW_CAP - now and to_b or 0
     end
@@ -724,7 +820,7 @@ local function run_seed(seed, trace)
     local T, now = tick_ns, m.now
     local plist, n = m.plist, m.periodic_live
     if n == 0 then return nil end
-    local limit = (NOW_CAP - now) // 16        -- as gen_advance: keep the clock's range
+    local limit = idiv(NOW_CAP - now, 16)      -- as gen_advance: keep the clock's range
     local start = int(1, n)
     for j = 0, n - 1 do
       local e = plist[(start + j - 1) % n + 1]
@@ -743,7 +839,7 @@ local function run_seed(seed, trace)
           k = ceil_div(b - base, i) + int(0, 3)
         end
         local off = base - now
-        if off <= limit and k <= (limit - off) // i then
+        if off <= limit and k <= idiv(limit - off, i) then
           local ns = off + k * i + extra
           if ns > limit then ns = limit end
           if ns < 0 then ns = 0 end
@@ -762,15 +858,15 @@ local function run_seed(seed, trace)
 
   local function compare_stats(where)
     local s = timer:stats()
-    local ticks = m.stopped and m.stop_ticks or m.now // m.tick
+    local ticks = m.stopped and m.stop_ticks or idiv(m.now, m.tick)
     if #m.live ~= s.pending or m.due_count ~= s.due or m.fired ~= s.fired or
-       m.cancelled ~= s.cancelled or ticks ~= s.ticks or m.late_max / 1e9 ~= s.late_max then
+       m.cancelled ~= s.cancelled or ticks ~= s.ticks or secs(m.late_max) ~= s.late_max then
       eq(#m.live, s.pending, "%s: stats().pending", where)
       eq(m.due_count, s.due, "%s: stats().due", where)
       eq(m.fired, s.fired, "%s: stats().fired", where)
       eq(m.cancelled, s.cancelled, "%s: stats().cancelled", where)
       eq(ticks, s.ticks, "%s: stats().ticks", where)
-      eq(m.late_max / 1e9, s.late_max, "%s: stats().late_max", where)
+      eq(secs(m.late_max), s.late_max, "%s: stats().late_max", where)
     end
   end
 
@@ -805,7 +901,7 @@ local function run_seed(seed, trace)
     if st == "wheel" then
       local d = e.deadline
       if d == NEVER then remaining = math.huge
-      elseif d > m.now then remaining = (d - m.now) / 1e9 end
+      elseif d > m.now then remaining = secs(d - m.now) end
     end
     if remaining ~= h:remaining() then
       fail(string.format("%s: timeout %d (%s) remaining()", where, id, st), remaining, h:remaining())
@@ -823,16 +919,16 @@ local function run_seed(seed, trace)
   local function compare_all(where)
     if #m.live ~= timer:pending() then fail(where .. ": pending()", #m.live, timer:pending()) end
     compare_stats(where)
-    if not m.stopped and m.now / 1e9 ~= timer:now() then
-      fail(where .. ": timer:now()", m.now / 1e9, timer:now())
+    if not m.stopped and secs(m.now) ~= timer:now() then
+      fail(where .. ": timer:now()", secs(m.now), timer:now())
     end
     local r = int(0, 255)                    -- one draw, independent bits: 1/8 wait(),
-    if r & 7 == 0 then                       -- half of them wait(0); one entry in 16 deep
+    if r % 8 == 0 then                       -- half of them wait(0); one entry in 16 deep
       local due = m.due_count > 0            -- manual clock: wait() returns at once
-      if r & 8 == 0 then eq(due, timer:wait(), "%s: wait()", where)
+      if r % 16 < 8 then eq(due, timer:wait(), "%s: wait()", where)
       else eq(due, timer:wait(0), "%s: wait(0)", where) end
     end
-    local deep = r >> 4                      -- 0..15: entry 1..3 checked deeply, or none
+    local deep = math.floor(r / 16)          -- 0..15: entry 1..3 checked deeply, or none
     local n = #entries
     if n > 0 then
       check_entry(entries[int(1, n)], where, deep == 1)
@@ -912,14 +1008,15 @@ local function run_seed(seed, trace)
       return
     end
     local mt = getmetatable(h)                 -- hwt 0.2: "hwt.Timeout" (__metatable)
-    if mt ~= "hwt.Timeout" and (type(mt) ~= "table" or mt.__name ~= "hwt.Timeout") then
+    if not (hwt.is_timeout and hwt.is_timeout(h)) and mt ~= "hwt.Timeout"
+       and (type(mt) ~= "table" or mt.__name ~= "hwt.Timeout") then
       fail(schedule_name(where, method, arg, id), "a Timeout", h == nil and ("nil, " .. tostring(err)) or h)
     end
     e.id, e.task_kind, e.args, e.periodic = id, task_kind, args, periodic
     if COVERAGE and e.state == "wheel" and e.deadline ~= NEVER then   -- its wheel level
-      local above = (ceil_div(e.deadline, tick_ns) ~ (m.now // tick_ns)) >> bits
+      local above = shr(bxor(ceil_div(e.deadline, tick_ns), idiv(m.now, tick_ns)), bits)
       e.level = 0
-      while above ~= 0 do e.level = e.level + 1; above = above >> 6 end
+      while above ~= 0 do e.level = e.level + 1; above = shr(above, 6) end
     end
     entries[id] = e
     if int(1, 10) == 1 then whandles[id] = h else handles[id] = h end
@@ -958,9 +1055,9 @@ local function run_seed(seed, trace)
   -- stop()'s result holds Timeout h where the model has entry x (live until
   -- stop(), so its handle cannot have been collected).
   local function check_listed(x, h, what)
-    if not rawequal(handle_of(x.id), h) then
+    if not same_timeout(handle_of(x.id), h) then
       local id = "not a timeout of this seed"
-      for i = 1, #entries do if rawequal(handle_of(i), h) then id = i; break end end
+      for i = 1, #entries do if same_timeout(handle_of(i), h) then id = i; break end end
       fail(what, x.id, id)
     end
   end
@@ -1006,7 +1103,7 @@ local function run_seed(seed, trace)
       if not rawequal(args[i], v) then fail(w .. ": task argument " .. i, args[i], v) end
     end
     if not rawequal(t:task(), TASKS[kind]) then fail(w .. ": t:task()", TASKS[kind], t:task()) end
-    if m.now / 1e9 ~= timer:now() then eq(m.now / 1e9, timer:now(), "%s: timer:now()", w) end
+    if secs(m.now) ~= timer:now() then eq(secs(m.now), timer:now(), "%s: timer:now()", w) end
     if #m.live ~= timer:pending() then eq(#m.live, timer:pending(), "%s: pending() inside the task", w) end
     if t:is_expired() ~= true then eq(true, t:is_expired(), "%s: is_expired() inside the task", w) end
     if t:is_cancelled() ~= false then eq(false, t:is_cancelled(), "%s: is_cancelled() inside the task", w) end
@@ -1066,7 +1163,7 @@ local function run_seed(seed, trace)
       if not x then fail("on_error called", "no call", "on_error(" .. show(err) .. ")") end
       expect_err = nil
       if not rawequal(err, x.value) then fail("on_error's error value for task " .. x.e.id, x.value, err) end
-      if not rawequal(t, x.handle) then fail("on_error's timeout for task " .. x.e.id, x.handle, t) end
+      if not same_timeout(t, x.handle) then fail("on_error's timeout for task " .. x.e.id, x.handle, t) end
     end)
     if not ok then expect_err = nil end        -- `failure` holds the report
   end
@@ -1088,7 +1185,7 @@ local function run_seed(seed, trace)
     }
     local s = timer:stats()                    -- extra fields: checked when present
     if s.wheel_size ~= nil then eq(wheel, s.wheel_size, "stats().wheel_size") end
-    if s.tick ~= nil then eq(tick_ns / 1e9, s.tick, "stats().tick") end
+    if s.tick ~= nil then eq(secs(tick_ns), s.tick, "stats().tick") end
     eq(0, timer:now(), "timer:now() at the start")
     if pcall(timer.run, timer) then fail("run() on a manual clock", "an error", "no error") end
 
@@ -1112,7 +1209,7 @@ local function run_seed(seed, trace)
         desc = op_desc(periodic and "burst of %s timeout(%s) from #%s, the middle one every()"
                        or "burst of %s timeout(%s) from #%s", n, arg, #entries + 1)
         set_op(desc)
-        for i = 1, n do schedule_pair(periodic and i == n // 2, arg, desc) end
+        for i = 1, n do schedule_pair(periodic and i == math.floor(n / 2), arg, desc) end
       elseif op == "timeout" or op == "timeout0" or op == "every" then
         local periodic = op == "every"
         local arg = op == "timeout0" and pick(ZEROS) or periodic and gen_interval()
@@ -1154,7 +1251,7 @@ local function run_seed(seed, trace)
         if op == "poll_max" then max = pick(POLL_MAX) end
         desc = max and op_desc("poll(%s)", max) or "poll()"
         set_op(desc)
-        m:begin_drain(max and math.tointeger(max) or MAXINT)
+        m:begin_drain(max and to_integer(max) or MAXINT)
         if max then end_drain(timer:poll(max), "poll", max) else end_drain(timer:poll(), "poll()") end
       else                                         -- the cancels
         local e
@@ -1175,7 +1272,7 @@ local function run_seed(seed, trace)
             local h = handle_of(e.id)
             if h then
               m:cancel(e)
-              do local closing <close> = h end -- luacheck: ignore
+              close_now(h)
               eq(e.state == "cancelled", h:is_cancelled(), "%s: is_cancelled() after <close>", desc)
             elseif e.state ~= "refused" then
               collected(e, tostring(desc))
@@ -1212,7 +1309,7 @@ local function run_seed(seed, trace)
     if not m.stopped and int(1, 10) == 1 then
       set_op("<close> of the timer")              -- __close stops it (result dropped)
       m:stop()
-      do local closing <close> = timer end -- luacheck: ignore
+      close_now(timer)
     elseif not m.stopped then
       set_op("stop()")
       local expected = m:stop()
@@ -1241,7 +1338,7 @@ local function run_seed(seed, trace)
     end
     -- API.md leaves timer:now() after stop() open: it raises or reads the clock.
     local ok, now = pcall(timer.now, timer)
-    if ok then eq(m.now / 1e9, now, w .. ": timer:now()")
+    if ok then eq(secs(m.now), now, w .. ": timer:now()")
     elseif not tostring(now):find("timer is stopped", 1, true) then
       fail(w .. ": timer:now()", "the clock or error 'timer is stopped'", now)
     end
@@ -1295,7 +1392,7 @@ local function run_seed(seed, trace)
       if recent[s % 8] then lines[#lines + 1] = string.format("    [%d] %s", s, recent[s % 8]) end
     end
     lines[#lines + 1] = string.format("  replay: FUZZ_SEED=%d FUZZ_OPS=1 FUZZ_TRACE=1 "
-      .. "LUA_PATH='lua/?.lua;;' LUA_CPATH='build/lua5.4/?.so;;' lua5.4 test/stress/fuzz/differential.lua", seed)
+      .. "LUA_PATH='lua/?.lua;;' LUA_CPATH='build/%s/?.so;;' %s test/stress/fuzz/differential.lua", seed, LUA_NAME, LUA_NAME)
     report = table.concat(lines, "\n")
     return false, f.step, report
   end
@@ -1307,7 +1404,7 @@ end
 local function env_int(name, default)
   local v = os.getenv(name)
   if v == nil or v == "" then return default end
-  local n = math.tointeger(tonumber(v))
+  local n = to_integer(tonumber(v))
   if not n then error(name .. " must be an integer, got " .. v, 0) end
   return n
 end
