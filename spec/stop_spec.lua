@@ -113,6 +113,35 @@ describe("timer:stop", function()
   end)
 end)
 
+describe("what stop() hands back", function()
+  it("gives each task back (t:task()), to run elsewhere as Netty's stop() is meant for, on every Lua", function()
+    local timer = manual()
+    local function job(_, n) return n end
+    local run_method = { run = function() end }
+    local t1 = timer:timeout(5, job, 1)
+    local t2 = timer:timeout(6, run_method)
+    local ran = timer:every(1, noop)
+    assert.are.equal(1, timer:advance(1))
+    local list = timer:stop()
+    assert.are.equal(2, #list)
+    assert.is_true(rawequal(t1, list[1]) and rawequal(t2, list[2]))
+    assert.is_true(rawequal(job, t1:task()))
+    assert.is_true(rawequal(run_method, t2:task()))
+    assert.is_true(t1:is_cancelled() and not t1:is_expired())
+    assert_error(t1.reset, pack(t1), "timer is stopped")
+    local other = manual()
+    local resubmitted = other:timeout(1, t1:task(), 7)
+    assert.are.equal(1, other:advance(1))
+    assert.is_true(resubmitted:is_expired())
+    if support.cdata_timeouts then
+      assert.is_nil(ran:task())                -- ended by the stop after it ran: let go of
+    else
+      assert.is_true(rawequal(noop, ran:task()))
+    end
+    other:stop()
+  end)
+end)
+
 describe("timer:stop on the real clock", function()
   it("stop() leaves out a periodic timeout that already ran (it is simply ended)", function()
     local t = hwt.new({ tick = 0.001 })

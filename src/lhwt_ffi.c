@@ -84,6 +84,7 @@ static const char ffi_cdef[] =
     "  int32_t (*state)(hwt_arena *, uint32_t slot, uint32_t gen);\n"
     "  double (*remaining)(hwt_arena *, uint32_t slot, uint32_t gen);\n"
     "  double (*deadline)(hwt_arena *, uint32_t slot, uint32_t gen);\n"
+    "  int32_t (*kept)(hwt_arena *, uint32_t slot, uint32_t gen);\n"
     "  uint32_t (*take)(hwt_drain *, hwt_step *);\n"
     "  void (*finish)(hwt_drain *, hwt_step *);\n"
     "  uint32_t (*current)(hwt_drain *);\n"
@@ -162,14 +163,15 @@ static bool watcher_to_tell(lhwt_queue *tm, slot *s) {
 
 /* Arms a reserved slot: TQ_OK (| ARM_TELL: call internal.tell), or the
  * refusal, with the slot released (Lua clears its entries). delay: seconds
- * (>= 0, or inf); interval: 0 for a one-shot. */
+ * (>= 0, or inf); interval: 0 for a one-shot, else the period, which is
+ * also the first beat's delay (at least 1 ns, as the core's every()). */
 static int32_t ffi_arm(lhwt_queue *tm, uint32_t number, double delay, double interval) {
   slot *s = slot_at(arena_of(tm), number);
   if (!s || s->use != SLOT_RESERVED) return TQ_STOPPED;
   uint64_t interval_ns = interval > 0 ? delay_ns_of(interval) : 0;
   if (interval > 0 && interval_ns == 0) interval_ns = 1;   /* below a nanosecond */
-  int result = tm->initialized ? tq_schedule(&tm->queue, &s->node, delay_ns_of(delay), interval_ns)
-                               : TQ_STOPPED;
+  uint64_t delay_ns = interval > 0 ? interval_ns : delay_ns_of(delay);   /* every(): its first beat */
+  int result = tm->initialized ? tq_schedule(&tm->queue, &s->node, delay_ns, interval_ns) : TQ_STOPPED;
   if (result != TQ_OK) {
     slot_free(arena_of(tm), s);
     return result;
@@ -219,6 +221,13 @@ static int32_t ffi_state(slot_arena *a, uint32_t number, uint32_t gen) {
 static double ffi_remaining(slot_arena *a, uint32_t number, uint32_t gen) {
   slot *s = live_slot(a, number, gen);
   return s ? ns_to_seconds(timeout_remaining(&s->node)) : 0;
+}
+
+/* Whether the timeout (number, gen) ended by a stop that handed it back,
+ * and its slot is kept: its entries (its task) are still there. */
+static int32_t ffi_kept(slot_arena *a, uint32_t number, uint32_t gen) {
+  slot *s = slot_find(a, number & SLOT_NUMBER_MAX, gen);
+  return s && s->use == SLOT_KEPT;
 }
 
 /* On the timer's clock; math.huge for never; NaN when it ended. */
@@ -339,6 +348,7 @@ typedef struct hwt_abi {
   int32_t (*state)(slot_arena *, uint32_t, uint32_t);
   double (*remaining)(slot_arena *, uint32_t, uint32_t);
   double (*deadline)(slot_arena *, uint32_t, uint32_t);
+  int32_t (*kept)(slot_arena *, uint32_t, uint32_t);
   uint32_t (*take)(ffi_drain *, hwt_step *);
   void (*finish)(ffi_drain *, hwt_step *);
   uint32_t (*current)(ffi_drain *);
@@ -346,7 +356,7 @@ typedef struct hwt_abi {
 } hwt_abi;
 
 static const hwt_abi abi = {
-  ffi_reserve, ffi_arm, ffi_cancel, ffi_reset, ffi_state, ffi_remaining, ffi_deadline,
+  ffi_reserve, ffi_arm, ffi_cancel, ffi_reset, ffi_state, ffi_remaining, ffi_deadline, ffi_kept,
   ffi_take, ffi_finish, ffi_current, ffi_taken,
 };
 
@@ -369,15 +379,9 @@ static void push_slot_timeout(lua_State *L, int calls_idx, uint32_t number) {
   lua_rawgeti(L, calls_idx, (int)(2 * number - 1));
 }
 
-/* Marks the Timeout of a released slot with how it ended, and clears the
- * slot's entries; allocates nothing. */
-static void clear_entries(lua_State *L, int tables_idx, const hwt_step *step) {
-  uint32_t number = step->released;
+/* Clears slot n's entries; allocates nothing. */
+static void clear_entries_only(lua_State *L, int tables_idx, uint32_t number) {
   lua_rawgeti(L, tables_idx, TABLE_CALLS);
-  push_slot_timeout(L, lua_gettop(L), number);
-  hwt_handle *h = (hwt_handle *)(uintptr_t)lua_topointer(L, -1);
-  if (h && lua_type(L, -1) == LUA_TCDATA) mark_ended(h, step);
-  lua_pop(L, 1);
   lua_pushnil(L);
   lua_rawseti(L, -2, (int)(2 * number - 1));
   lua_pushnil(L);
@@ -391,6 +395,17 @@ static void clear_entries(lua_State *L, int tables_idx, const hwt_step *step) {
   }
 }
 
+/* Marks the Timeout of a released slot with how it ended, and clears the
+ * slot's entries; allocates nothing. */
+static void clear_entries(lua_State *L, int tables_idx, const hwt_step *step) {
+  lua_rawgeti(L, tables_idx, TABLE_CALLS);
+  push_slot_timeout(L, lua_gettop(L), step->released);
+  hwt_handle *h = (hwt_handle *)(uintptr_t)lua_topointer(L, -1);
+  if (h && lua_type(L, -1) == LUA_TCDATA) mark_ended(h, step);
+  lua_pop(L, 2);
+  clear_entries_only(L, tables_idx, step->released);
+}
+
 static void release_cleared(lua_State *L, int tables_idx, slot_arena *a, slot *s) {
   hwt_step step;
   release_into(a, s, &step);
@@ -398,6 +413,30 @@ static void release_cleared(lua_State *L, int tables_idx, slot_arena *a, slot *s
 }
 
 /* ---- stop, timeouts(), collection: the hold strategy of lhwt.h -------------- */
+
+/* A timeout a stop hands back keeps its slot and entries until its timer
+ * goes: Netty's stop() returns the timeouts so that their tasks can be run
+ * elsewhere, so t:task() must still give it. Its Timeout is marked ended. */
+static void keep_handed_back(lua_State *L, int tables_idx, slot *s) {
+  hwt_step step = {.released = slot_number(s), .end_bits = end_bits(s), .deadline = ended_deadline(s)};
+  lua_rawgeti(L, tables_idx, TABLE_CALLS);
+  push_slot_timeout(L, lua_gettop(L), step.released);
+  hwt_handle *h = (hwt_handle *)(uintptr_t)lua_topointer(L, -1);
+  if (h && lua_type(L, -1) == LUA_TCDATA) mark_ended(h, &step);
+  lua_pop(L, 2);
+  s->use = SLOT_KEPT;
+}
+
+/* Releases the kept slots of tm (its timer goes), clearing their entries. */
+static void release_kept(lua_State *L, int tables_idx, lhwt_queue *tm) {
+  for (slot_chunk *chunk = tm->owned.chunks; chunk; chunk = chunk->record.next_of_owner)
+    for (uint32_t place = 1; place < SLOT_CHUNK_SIZE; place++) {
+      slot *s = &chunk->slots[place];
+      if (s->use != SLOT_KEPT) continue;
+      clear_entries_only(L, tables_idx, slot_number(s));
+      slot_free(tm->arena, s);
+    }
+}
 
 /* The live slots of tm: how many, and the first `room` in out unless NULL. */
 static size_t list_live(lhwt_queue *tm, timeout **out, size_t room) {
@@ -417,6 +456,7 @@ void new_holds(lua_State *L, lhwt_queue *tm, int timer_idx, int queue_idx) {
   (void)queue_idx;
   state_timers *home = lua_touserdata(L, STATE_TIMERS_UPVALUE);
   tm->arena = &home->arena;
+  slot_owner_attach(tm->arena, &tm->owned);
 }
 
 /* Stops tm with every slot it holds; with want_result, leaves at the top
@@ -446,9 +486,12 @@ void stop_holds(lua_State *L, lhwt_queue *tm, int timer_idx, bool want_result) {
       push_slot_timeout(L, lua_gettop(L), slot_number(s));
       lua_rawseti(L, result_idx, ++stored);
       lua_pop(L, 1);
+      if (s->drains == 0) keep_handed_back(L, tables_idx, s);
+    } else if (s->drains == 0) {
+      release_cleared(L, tables_idx, tm->arena, s);
     }
-    if (s->drains == 0) release_cleared(L, tables_idx, tm->arena, s);
   }
+  if (!result_idx) release_kept(L, tables_idx, tm);
   lua_settop(L, result_idx ? result_idx : tables_idx - 1);
 }
 
@@ -482,13 +525,14 @@ int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx) {
 }
 
 /* The queue went (collected or closed): its slots still held by drains are
- * orphans now, released by their drains' finish. */
+ * orphans now, released by their drains' finish. Once only. */
 void release_holds(lhwt_queue *tm) {
   if (tm->arena) slot_owner_release(tm->arena, &tm->owned);
 }
 
-/* lua_close: no Lua runs after; the chunks go, and later lookups find none. */
-void close_holds(state_timers *home) { slot_arena_free(&home->arena); }
+/* lua_close: the arena's memory goes once the queues still to be finalized
+ * (a stopped timer's, released by its own finalizer) have let go. */
+void close_holds(state_timers *home) { slot_arena_close(&home->arena); }
 
 /* ---- drains ------------------------------------------------------------------- */
 
@@ -605,7 +649,7 @@ static int internal_tell(lua_State *L) {
     compat_getuservalue(L, 1, 1);
   }
   lhwt_queue *tm = lua_touserdata(L, -1);
-  slot *s = tm->arena ? slot_at(tm->arena, (uint32_t)luaL_checkinteger(L, 2)) : NULL;
+  slot *s = slot_at(tm->arena, (uint32_t)luaL_checkinteger(L, 2));
   if (!s || s->use != SLOT_LIVE) return 0;
   tell_if_earlier(L, tm, lua_gettop(L), &s->node);
   return 0;

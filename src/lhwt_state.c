@@ -32,11 +32,12 @@ static void unlist_timer(lhwt_queue *tm) {
 /* Lets go of the queue's engine, stopping it first if need be; after this,
  * no hwt thread touches the queue or its timeouts. */
 void release_queue(lhwt_queue *tm) {
-  if (!tm->initialized) return;
-  tq_destroy(&tm->queue);
+  if (tm->initialized) {
+    tq_destroy(&tm->queue);
+    unlist_timer(tm);
+    tm->initialized = false;
+  }
   release_holds(tm);
-  unlist_timer(tm);
-  tm->initialized = false;
 }
 
 /* Sets table[key at key_idx] = the value at the top (popped); the table is

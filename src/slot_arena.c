@@ -11,13 +11,25 @@
 
 void slot_arena_init(slot_arena *a) { memset(a, 0, sizeof *a); }
 
-void slot_arena_free(slot_arena *a) {
+/* Frees every chunk, orphans included; slot numbers find nothing after. */
+static void free_memory(slot_arena *a) {
   for (uint32_t i = 0; i < a->block_count; i++) free(a->blocks[i]);
   free(a->blocks);
   free(a->chunks);
   free(a->resume_gen);
   free(a->vacant);
   memset(a, 0, sizeof *a);
+  a->closed = true;
+}
+
+void slot_arena_close(slot_arena *a) {
+  a->closed = true;
+  if (a->owners == 0) free_memory(a);
+}
+
+void slot_owner_attach(slot_arena *a, slot_owner *owner) {
+  *owner = (slot_owner){.attached = true};
+  a->owners++;
 }
 
 slot_chunk *slot_chunk_of(const slot *s) {
@@ -188,10 +200,22 @@ void slot_free(slot_arena *a, slot *s) {
   }
 }
 
+static void drop_kept(slot_chunk *chunk) {
+  for (uint32_t place = 1; place < SLOT_CHUNK_SIZE; place++) {
+    slot *s = &chunk->slots[place];
+    if (s->use != SLOT_KEPT) continue;
+    s->use = SLOT_FREE;
+    chunk->record.busy--;
+  }
+}
+
 void slot_owner_release(slot_arena *a, slot_owner *owner) {
+  if (!owner->attached) return;
+  owner->attached = false;
   slot_chunk *chunk = owner->chunks;
   while (chunk) {
     slot_chunk *next = chunk->record.next_of_owner;
+    drop_kept(chunk);
     chunk->record.owner = NULL;
     chunk->record.next_of_owner = NULL;
     if (chunk->record.busy == 0) vacate(a, chunk);
@@ -199,4 +223,5 @@ void slot_owner_release(slot_arena *a, slot_owner *owner) {
   }
   owner->chunks = NULL;
   owner->free = NULL;
+  if (--a->owners == 0 && a->closed) free_memory(a);
 }

@@ -17,12 +17,13 @@
  * for the next chunk: the arena holds what its timers held at their most,
  * until slot_arena_free.
  *
- * Lifetime: a slot is FREE, RESERVED (handed out, not yet armed) or LIVE
- * (armed once: the engine may hold it, or drains that took it may). It goes
- * back to FREE by slot_free, when the engine has let go and no drain holds
- * it. When an owner goes (slot_owner_release), the slots still live in its
- * chunks (held by drains) are orphans: their chunks are freed when the last
- * is.
+ * Lifetime: a slot is FREE, RESERVED (handed out, not yet armed), LIVE
+ * (armed once: the engine may hold it, or drains that took it may) or KEPT
+ * (ended, kept until its owner goes). It goes back to FREE by slot_free,
+ * when the engine has let go and no drain holds it. When an owner goes
+ * (slot_owner_release), its KEPT slots are freed, and the slots still live
+ * in its chunks (held by drains) are orphans: their chunks are freed when
+ * the last is.
  */
 #ifndef HWT_SLOT_ARENA_H
 #define HWT_SLOT_ARENA_H
@@ -42,7 +43,8 @@
 #define SLOT_NUMBER_MAX ((UINT32_C(1) << SLOT_NUMBER_BITS) - 1)
 #define SLOT_CHUNKS_MAX (SLOT_NUMBER_MAX / SLOT_CHUNK_SIZE)
 
-enum slot_use { SLOT_FREE, SLOT_RESERVED, SLOT_LIVE };
+/* KEPT: ended, but kept for its owner's life (what a stop hands back). */
+enum slot_use { SLOT_FREE, SLOT_RESERVED, SLOT_LIVE, SLOT_KEPT };
 
 typedef struct slot {
   timeout node;                 /* first: engine pointers convert back */
@@ -75,6 +77,7 @@ _Static_assert(sizeof(slot_chunk) == 4096, "a chunk is a page");
 struct slot_owner {
   slot_chunk *chunks;
   slot *free;
+  bool attached;                /* from slot_owner_attach to slot_owner_release */
 };
 
 typedef struct slot_arena {
@@ -86,11 +89,18 @@ typedef struct slot_arena {
   uint32_t block_count, block_capacity, block_chunks_left;
   slot_chunk *next_in_block;    /* the next chunk the last block has not handed out */
   slot_chunk *spare;            /* freed chunks, linked through record.next_of_owner */
+  unsigned owners;              /* attached and not yet released */
+  bool closed;                  /* slot_arena_close: its memory goes with the last owner */
 } slot_arena;
 
 void slot_arena_init(slot_arena *a);
-/* Frees every chunk, orphans included: only once no slot is used again. */
-void slot_arena_free(slot_arena *a);
+/* The arena's user goes (lua_close): its memory is freed now if no owner
+ * is attached, else by the last slot_owner_release. Until then owners may
+ * still walk their chunks; slot numbers find nothing once it is freed. */
+void slot_arena_close(slot_arena *a);
+
+/* An owner starts using the arena (slot_owner_release ends that). */
+void slot_owner_attach(slot_arena *a, slot_owner *owner);
 
 /* A FREE slot of owner's, made RESERVED with a new generation; its number
  * and generation in *number and *gen. NULL when memory (or the slot numbers)
@@ -111,8 +121,9 @@ slot_chunk *slot_chunk_of(const slot *s);
 /* The owner that handed out (number, gen), while it has not gone; NULL otherwise. */
 slot_owner *slot_owner_of(const slot_arena *a, uint32_t number, uint32_t gen);
 
-/* The owner goes: its FREE slots are dropped, chunks without a live slot
- * freed, the rest kept until their orphans are freed. */
+/* The owner goes: its FREE and KEPT slots are dropped, chunks without a
+ * live slot freed, the rest kept until their orphans are freed. A second
+ * call does nothing. */
 void slot_owner_release(slot_arena *a, slot_owner *owner);
 
 static inline slot *slot_of_timeout(timeout *t) { return (slot *)(void *)t; }

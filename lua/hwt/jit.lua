@@ -35,7 +35,7 @@ if not pcall(ffi.typeof, "hwt_abi") then ffi.cdef(cdef) end   -- once per proces
 local abi = ffi.cast("const hwt_abi *", abi_address)
 local arena = ffi.cast("hwt_arena *", arena_address)
 local reserve, arm, cancel, reset = abi.reserve, abi.arm, abi.cancel, abi.reset
-local state_of, remaining_of, deadline_of = abi.state, abi.remaining, abi.deadline
+local state_of, remaining_of, deadline_of, kept = abi.state, abi.remaining, abi.deadline, abi.kept
 local take, finish_drain, current_of, taken_of = abi.take, abi.finish, abi.current, abi.taken
 -- calls[2n - 1] is slot n's Timeout, calls[2n] its task: one cache line
 -- for both. firsts, seconds, extras: its arguments (see keep below).
@@ -279,11 +279,12 @@ function Timeout.timer(t)
   return timer_of(t.slot, t.gen)
 end
 
--- The task while the timeout is pending or running; nil once it ended.
+-- The task while the timeout is pending or running, or once stop() handed
+-- it back (until its timer goes); nil once it ended otherwise.
 function Timeout.task(t)
   check_timeout(t, "task")
-  local number = t.slot
-  if number > NUMBER_MAX or state_of(arena, number, t.gen) == 0 then return nil end
+  local number, gen = t.slot % ENDED_UNIT, t.gen
+  if state_of(arena, number, gen) == 0 and kept(arena, number, gen) == 0 then return nil end
   return calls[2 * number]
 end
 

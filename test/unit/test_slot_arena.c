@@ -20,7 +20,8 @@ static slot *reserve(slot_arena *a, slot_owner *owner, uint32_t *number, uint32_
 static void test_numbers_and_find(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner owner = {0};
+  slot_owner owner;
+  slot_owner_attach(&a, &owner);
   uint32_t numbers[MANY], gens[MANY];
   for (int i = 0; i < MANY; i++) {
     slot *s = reserve(&a, &owner, &numbers[i], &gens[i]);
@@ -37,14 +38,15 @@ static void test_numbers_and_find(void) {
   CHECK(slot_at(&a, 0) == NULL);
   CHECK(slot_at(&a, SLOT_CHUNK_SIZE) == NULL);        /* a chunk's record, not a slot */
   slot_owner_release(&a, &owner);
-  slot_arena_free(&a);
+  slot_arena_close(&a);
 }
 
 /* A freed slot's next use has a new generation: the old pair finds nothing. */
 static void test_stale_pairs_never_match(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner owner = {0};
+  slot_owner owner;
+  slot_owner_attach(&a, &owner);
   uint32_t number, gen, again, gen_again;
   slot *s = reserve(&a, &owner, &number, &gen);
   slot_free(&a, s);
@@ -57,7 +59,7 @@ static void test_stale_pairs_never_match(void) {
     slot_free(&a, s);
   }
   slot_owner_release(&a, &owner);
-  slot_arena_free(&a);
+  slot_arena_close(&a);
 }
 
 /* A released owner's chunks without live slots are freed; their places go
@@ -65,7 +67,9 @@ static void test_stale_pairs_never_match(void) {
 static void test_release_and_reuse(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner first = {0}, second = {0};
+  slot_owner first, second;
+  slot_owner_attach(&a, &first);
+  slot_owner_attach(&a, &second);
   uint32_t number, gen;
   slot *s = reserve(&a, &first, &number, &gen);
   slot_free(&a, s);
@@ -80,7 +84,7 @@ static void test_release_and_reuse(void) {
   CHECK(slot_owner_of(&a, number, gen) == NULL);       /* not the second owner's */
   CHECK(slot_owner_of(&a, number2, gen2) == &second);
   slot_owner_release(&a, &second);
-  slot_arena_free(&a);
+  slot_arena_close(&a);
 }
 
 /* A live slot outlives its owner (a drain holds it): an orphan, freed with
@@ -88,7 +92,8 @@ static void test_release_and_reuse(void) {
 static void test_orphans(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner owner = {0};
+  slot_owner owner;
+  slot_owner_attach(&a, &owner);
   uint32_t number, gen, other, other_gen;
   slot *held = reserve(&a, &owner, &number, &gen);
   held->use = SLOT_LIVE;
@@ -99,14 +104,16 @@ static void test_orphans(void) {
   CHECK(slot_owner_of(&a, number, gen) == NULL);
   slot_free(&a, held);
   CHECK(slot_at(&a, number) == NULL);                  /* its chunk went with it */
-  slot_arena_free(&a);
+  slot_arena_close(&a);
 }
 
 /* Two owners never share a chunk. */
 static void test_owners_apart(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner one = {0}, two = {0};
+  slot_owner one, two;
+  slot_owner_attach(&a, &one);
+  slot_owner_attach(&a, &two);
   slot *taken[2][200];
   for (int i = 0; i < 200; i++) {
     uint32_t n1, g1, n2, g2;
@@ -122,14 +129,15 @@ static void test_owners_apart(void) {
   slot_owner_release(&a, &one);
   slot_owner_release(&a, &two);
   CHECK(a.vacant_count == a.count);                    /* every chunk was freed */
-  slot_arena_free(&a);
+  slot_arena_close(&a);
 }
 
 /* A chunk whose generations run out hands out no more slots. */
 static void test_generations_run_out(void) {
   slot_arena a;
   slot_arena_init(&a);
-  slot_owner owner = {0};
+  slot_owner owner;
+  slot_owner_attach(&a, &owner);
   uint32_t number, gen;
   slot *s = reserve(&a, &owner, &number, &gen);
   slot_chunk *chunk = slot_chunk_of(s);
@@ -145,7 +153,25 @@ static void test_generations_run_out(void) {
   slot_free(&a, s);
   slot_owner_release(&a, &owner);
   CHECK(a.vacant_count == 1);                          /* the spent place is not reused */
-  slot_arena_free(&a);
+  slot_arena_close(&a);
+}
+
+/* Closing the arena while an owner is attached keeps its memory (the
+ * owner's finalizer may run after lua_close's); the last release frees it. */
+static void test_close_waits_for_owners(void) {
+  slot_arena a;
+  slot_arena_init(&a);
+  slot_owner owner;
+  slot_owner_attach(&a, &owner);
+  uint32_t number, gen;
+  slot *s = reserve(&a, &owner, &number, &gen);
+  slot_arena_close(&a);
+  CHECK(slot_find(&a, number, gen) == s);              /* still there */
+  slot_free(&a, s);
+  slot_owner_release(&a, &owner);
+  CHECK(slot_at(&a, number) == NULL);                  /* freed with the last owner */
+  slot_owner_release(&a, &owner);                      /* a second release does nothing */
+  CHECK(a.owners == 0 && a.closed);
 }
 
 typedef struct test_case {
@@ -160,6 +186,7 @@ static const test_case tests[] = {
   {"orphans", test_orphans},
   {"owners_apart", test_owners_apart},
   {"generations_run_out", test_generations_run_out},
+  {"close_waits_for_owners", test_close_waits_for_owners},
 };
 
 int main(void) {

@@ -912,7 +912,12 @@ local function run_seed(seed, trace)
       local word = STATE_WORDS[st]
       if word and not s:find(word, 1, true) then fail(w .. " tostring()", "a text with '" .. word .. "'", s) end
       if not rawequal(h:timer(), timer) then fail(w .. " timer()", timer, h:timer()) end
-      if not rawequal(h:task(), TASKS[e.task_kind]) then fail(w .. " task()", TASKS[e.task_kind], h:task()) end
+      -- On LuaJIT a Timeout whose timeout ended lets go of its task, unless
+      -- stop() handed it back (doc/api.md).
+      local ended = st == "ran" or st == "cancelled" or st == "ended"
+      local task = TASKS[e.task_kind]
+      if is_jit and ended then task = nil end
+      if not rawequal(h:task(), task) then fail(w .. " task()", task, h:task()) end
     end
   end
 
