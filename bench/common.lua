@@ -9,6 +9,17 @@ function M.presized(n, v)
   return t
 end
 
+-- A random order of 1..n: Fisher-Yates with below(i), uniform in [0, i).
+function M.permutation(n, below)
+  local p = {}
+  for i = 1, n do p[i] = i end
+  for i = n, 2, -1 do
+    local j = 1 + below(i)
+    p[i], p[j] = p[j], p[i]
+  end
+  return p
+end
+
 function M.statm_rss_bytes()
   local f = assert(io.open("/proc/self/statm"))
   local _, rss = f:read("n", "n")

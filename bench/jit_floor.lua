@@ -48,15 +48,7 @@ local function below(i)
   return tonumber(bit.rshift(x * 0x2545F4914F6CDD1DULL, 11) % i)
 end
 
-local function permutation(n)
-  local p = presized(n, 0)
-  for i = 1, n do p[i] = i end
-  for i = n, 2, -1 do
-    local j = 1 + below(i)
-    p[i], p[j] = p[j], p[i]
-  end
-  return p
-end
+local function permutation(n) return common.permutation(n, below) end
 
 local function result(name, value, unit)
   print(("RESULT floor luajit %s %.6g %s"):format(name, value, unit))

@@ -113,16 +113,6 @@ local function delays(n, lo, hi)
   return d
 end
 
-local function permutation(n)
-  local p = {}
-  for i = 1, n do p[i] = i end
-  for i = n, 2, -1 do
-    local j = 1 + below(i)
-    p[i], p[j] = p[j], p[i]
-  end
-  return p
-end
-
 package.path = "bench/?.lua;" .. package.path
 local common = require("common")
 local presized, statm_rss_bytes, full_gc = common.presized, common.statm_rss_bytes, common.full_gc
@@ -462,7 +452,7 @@ end
 -- W2: cancel all of W1's timeouts in random order (only the cancels timed).
 W.W2 = function()
   local d = delays(N, 1.0, 60.0)
-  local order = permutation(N)
+  local order = common.permutation(N, below)
   local handles = presized(N, false)
   local ctx = P.new(0.001)
   local schedule, cancel = P.schedule, P.cancel

@@ -211,11 +211,6 @@ static void check_list_sort(void (*sort)(wheel_list *), uint64_t seed) {
 static void test_list(void) { check_list_sort(due_order_list, 5); }
 static void test_list_merge(void) { check_list_sort(due_order_list_merge, 6); }
 
-typedef struct test_case {
-  const char *name;
-  void (*run)(void);
-} test_case;
-
 static const test_case tests[] = {
   {"before_by_deadline_then_seq", test_before_by_deadline_then_seq},
   {"monotonic", test_monotonic},
@@ -227,13 +222,5 @@ static const test_case tests[] = {
 };
 
 int main(void) {
-  int passed = 0, failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    int before = checks_failed;
-    tests[i].run();
-    if (checks_failed == before) passed++;
-    else { failed++; fprintf(stderr, "FAILED: %s\n", tests[i].name); }
-  }
-  printf("due_order: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return run_tests("due_order", tests, sizeof tests / sizeof tests[0]);
 }

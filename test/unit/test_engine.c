@@ -854,11 +854,6 @@ static void test_waiter_wakes_for_earlier_arming(void) {
   tq_destroy(&q);
 }
 
-typedef struct test_case {
-  const char *name;
-  void (*run)(void);
-} test_case;
-
 static const test_case tests[] = {
   {"manual_order_and_boundaries", test_manual_order_and_boundaries},
   {"manual_cancel_due_and_stop", test_manual_cancel_due_and_stop},
@@ -903,13 +898,5 @@ int main(int argc, char **argv) {
 #endif
   (void)argc;
   (void)argv;
-  int passed = 0, failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    int before = checks_failed;
-    tests[i].run();
-    if (checks_failed == before) passed++;
-    else { failed++; fprintf(stderr, "FAILED: %s\n", tests[i].name); }
-  }
-  printf("engine: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return run_tests("engine", tests, sizeof tests / sizeof tests[0]);
 }

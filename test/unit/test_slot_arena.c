@@ -174,11 +174,6 @@ static void test_close_waits_for_owners(void) {
   CHECK(a.owners == 0 && a.closed);
 }
 
-typedef struct test_case {
-  const char *name;
-  void (*run)(void);
-} test_case;
-
 static const test_case tests[] = {
   {"numbers_and_find", test_numbers_and_find},
   {"stale_pairs_never_match", test_stale_pairs_never_match},
@@ -190,13 +185,5 @@ static const test_case tests[] = {
 };
 
 int main(void) {
-  int passed = 0, failed = 0;
-  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-    int before = checks_failed;
-    tests[i].run();
-    if (checks_failed == before) passed++;
-    else { failed++; fprintf(stderr, "FAILED: %s\n", tests[i].name); }
-  }
-  printf("slot_arena: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return run_tests("slot_arena", tests, sizeof tests / sizeof tests[0]);
 }
