@@ -401,6 +401,26 @@ describe("collection", function()
     assert.is_false(ran)
   end)
 
+  it("a timer collected with timeouts pending, stopped or not, lets go of their tasks", function()
+    local gone = setmetatable({}, { __mode = "v" })
+    do
+      local pending, stopped = manual(), manual()
+      for i = 1, 100 do
+        local task = function() end
+        gone[i] = task
+        pending:timeout(i, task, i)
+      end
+      for i = 101, 200 do
+        local task = function() end
+        gone[i] = task
+        stopped:timeout(i, task)
+      end
+      assert.are.equal(100, #stopped:stop())
+    end
+    for _ = 1, 4 do collectgarbage() end       -- the timers' finalizers, then the tasks
+    assert.is_nil(next(gone), "a collected timer still holds a task")
+  end)
+
   it("a timeout whose handle was dropped still fires, with a usable timeout", function()
     local timer = manual()
     local got

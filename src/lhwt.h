@@ -277,7 +277,7 @@ static inline void count_drain_out(lhwt_timeout *to) {
 
 /* lhwt_state.c */
 void list_timer(state_timers *home, lhwt_queue *tm);
-void release_queue(lhwt_queue *tm);
+void release_queue(lua_State *L, lhwt_queue *tm);
 void set_state_entry(lua_State *L, int uv, int key_idx);
 void retire_queue(lua_State *L, lhwt_queue *tm, int queue_idx);
 int queue_gc(lua_State *L);
@@ -294,7 +294,7 @@ void remember_timer(lua_State *L, const lhwt_queue *tm, int timer_idx);
 void new_holds(lua_State *L, lhwt_queue *tm, int timer_idx, int queue_idx);
 void stop_holds(lua_State *L, lhwt_queue *tm, int timer_idx, bool want_result);
 int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx);
-void release_holds(lhwt_queue *tm);
+void release_holds(lua_State *L, lhwt_queue *tm);
 void close_holds(state_timers *home);
 void open_holds(lua_State *L, int upvalues_idx);
 

@@ -164,7 +164,10 @@ int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx) {
   return 1;
 }
 
-void release_holds(lhwt_queue *tm) { (void)tm; }
+void release_holds(lua_State *L, lhwt_queue *tm) {
+  (void)L;
+  (void)tm;
+}
 
 void close_holds(state_timers *home) { (void)home; }
 

@@ -524,10 +524,30 @@ int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx) {
   return 1;
 }
 
-/* The queue went (collected or closed): its slots still held by drains are
- * orphans now, released by their drains' finish. Once only. */
-void release_holds(lhwt_queue *tm) {
-  if (tm->arena) slot_owner_release(tm->arena, &tm->owned);
+/* The queue went (collected or closed; its engine queue destroyed): every
+ * slot no drain holds is freed, its entries cleared first (its Timeout, if
+ * the timeout was still pending, marked cancelled); the slots drains hold
+ * are orphans now, released by their drains' finish. Once only. */
+void release_holds(lua_State *L, lhwt_queue *tm) {
+  if (!tm->arena || !tm->owned.attached) return;
+  int tables_idx = push_slot_tables(L);
+  for (slot_chunk *chunk = tm->owned.chunks; chunk; chunk = chunk->record.next_of_owner)
+    for (uint32_t place = 1; place < SLOT_CHUNK_SIZE; place++) {
+      slot *s = &chunk->slots[place];
+      if (s->use == SLOT_FREE || (s->use == SLOT_LIVE && s->drains)) continue;
+      if (s->use != SLOT_LIVE) {
+        clear_entries_only(L, tables_idx, slot_number(s));
+        continue;
+      }
+      /* Ended by the queue's end: done if a periodic ran, else cancelled
+       * (a never-firing one was left pending, inert). */
+      int bits = timeout_has_run(&s->node) ? END_RAN : 0;
+      if (timeout_ended_state(&s->node) != TIMEOUT_DONE) bits |= END_CANCELLED;
+      hwt_step step = {.released = slot_number(s), .end_bits = bits, .deadline = ended_deadline(s)};
+      clear_entries(L, tables_idx, &step);
+    }
+  lua_pop(L, 1);
+  slot_owner_release(tm->arena, &tm->owned);
 }
 
 /* lua_close: the arena's memory goes once the queues still to be finalized

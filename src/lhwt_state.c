@@ -31,13 +31,13 @@ static void unlist_timer(lhwt_queue *tm) {
 
 /* Lets go of the queue's engine, stopping it first if need be; after this,
  * no hwt thread touches the queue or its timeouts. */
-void release_queue(lhwt_queue *tm) {
+void release_queue(lua_State *L, lhwt_queue *tm) {
   if (tm->initialized) {
     tq_destroy(&tm->queue);
     unlist_timer(tm);
     tm->initialized = false;
   }
-  release_holds(tm);
+  release_holds(L, tm);
 }
 
 /* Sets table[key at key_idx] = the value at the top (popped); the table is
@@ -62,7 +62,7 @@ void retire_queue(lua_State *L, lhwt_queue *tm, int queue_idx) {
 
 /* The queue's own finalizer: a stop that its Timer's __gc did not make. */
 int queue_gc(lua_State *L) {
-  release_queue(lua_touserdata(L, 1));
+  release_queue(L, lua_touserdata(L, 1));
   return 0;
 }
 
@@ -72,7 +72,7 @@ int queue_gc(lua_State *L) {
 static int state_timers_gc(lua_State *L) {
   state_timers *home = lua_touserdata(L, 1);
   home->closing = true;
-  while (home->first) release_queue(home->first);
+  while (home->first) release_queue(L, home->first);
   close_holds(home);
   return 0;
 }

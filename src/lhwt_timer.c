@@ -223,7 +223,7 @@ int timer_gc(lua_State *L) {
     stop_holds(L, tm, 1, false);
     compat_getuservalue(L, 1, TIMER_UV_QUEUE);
     retire_queue(L, tm, -1);
-    release_queue(tm);
+    release_queue(L, tm);
     remember_timer(L, tm, 1);      /* Lua cleared it; a later finalizer may resurrect us */
   }
   return 0;

@@ -200,10 +200,11 @@ void slot_free(slot_arena *a, slot *s) {
   }
 }
 
-static void drop_kept(slot_chunk *chunk) {
+/* The slots its owner's going ends: all but those drains hold. */
+static void drop_unheld(slot_chunk *chunk) {
   for (uint32_t place = 1; place < SLOT_CHUNK_SIZE; place++) {
     slot *s = &chunk->slots[place];
-    if (s->use != SLOT_KEPT) continue;
+    if (s->use == SLOT_FREE || (s->use == SLOT_LIVE && s->drains)) continue;
     s->use = SLOT_FREE;
     chunk->record.busy--;
   }
@@ -215,7 +216,7 @@ void slot_owner_release(slot_arena *a, slot_owner *owner) {
   slot_chunk *chunk = owner->chunks;
   while (chunk) {
     slot_chunk *next = chunk->record.next_of_owner;
-    drop_kept(chunk);
+    drop_unheld(chunk);
     chunk->record.owner = NULL;
     chunk->record.next_of_owner = NULL;
     if (chunk->record.busy == 0) vacate(a, chunk);

@@ -21,9 +21,8 @@
  * (armed once: the engine may hold it, or drains that took it may) or KEPT
  * (ended, kept until its owner goes). It goes back to FREE by slot_free,
  * when the engine has let go and no drain holds it. When an owner goes
- * (slot_owner_release), its KEPT slots are freed, and the slots still live
- * in its chunks (held by drains) are orphans: their chunks are freed when
- * the last is.
+ * (slot_owner_release), its slots are freed but those drains hold, which
+ * are orphans: their chunks are freed when the last is.
  */
 #ifndef HWT_SLOT_ARENA_H
 #define HWT_SLOT_ARENA_H
@@ -121,9 +120,10 @@ slot_chunk *slot_chunk_of(const slot *s);
 /* The owner that handed out (number, gen), while it has not gone; NULL otherwise. */
 slot_owner *slot_owner_of(const slot_arena *a, uint32_t number, uint32_t gen);
 
-/* The owner goes: its FREE and KEPT slots are dropped, chunks without a
- * live slot freed, the rest kept until their orphans are freed. A second
- * call does nothing. */
+/* The owner goes (its engine queue already destroyed): every slot no drain
+ * holds is freed, chunks left without a busy slot too; the rest are kept
+ * until their orphans (slots drains hold) are freed. A second call does
+ * nothing. */
 void slot_owner_release(slot_arena *a, slot_owner *owner);
 
 static inline slot *slot_of_timeout(timeout *t) { return (slot *)(void *)t; }

@@ -97,6 +97,7 @@ static void test_orphans(void) {
   uint32_t number, gen, other, other_gen;
   slot *held = reserve(&a, &owner, &number, &gen);
   held->use = SLOT_LIVE;
+  held->drains = 1;                                    /* a drain holds it */
   slot_free(&a, reserve(&a, &owner, &other, &other_gen));
   slot_owner_release(&a, &owner);
   CHECK(slot_find(&a, number, gen) == held);           /* still there */
