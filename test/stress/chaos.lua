@@ -116,7 +116,8 @@ end or assert(load([[
 -- timeout, stats, tostring and timeouts, 16, 4.8, 2.5 and 7.6 % met a
 -- finalizer (stepmul 100: 4, 1.2, 0.75, 1.6 %; 5.4's mode: 0.45, 0.05, 0.25,
 -- 9.1 %). A whole cycle at every step (stepmul 1e9) is too dear beside the
--- deep stacks of the chains and deep_collect (seeds over a minute), and a
+-- deep stacks of the chains and deep_collect, and ends no poll_with_spawn
+-- that drops (seeds ran over a minute), and a
 -- step from a debug hook would run finalizers where no allocation is, which
 -- no program sees (nor would it reach inside hwt's C or FFI calls).
 local function collector_at_every_allocation()
@@ -1150,10 +1151,12 @@ local SPAWNS = {
 }
 -- hwt today: a poll(nil, spawn) whose spawn drops fn hands a timeout again
 -- once the collector has given it back, so it ends only when the collector
--- is slower than the poll (1000 due: 1798 hand-offs on 5.4, 2164 on LuaJIT;
--- with LuaJIT's busiest collector never: test/RELIABILITY.md, "LuaJIT").
--- Until that is fixed such a poll is bounded on LuaJIT, where this run met
--- it (a seed hung); CHAOS_DROP_UNBOUNDED=1 leaves it unbounded there too.
+-- is slower than the poll (1000 due: 1798-1845 hand-offs on 5.4, 2149-2164
+-- on LuaJIT; with LuaJIT's busiest collector never: test/RELIABILITY.md,
+-- "LuaJIT").
+-- Until that is fixed such a poll is bounded on LuaJIT, where the busiest
+-- collector gives ten dropped timeouts back faster than the poll hands them
+-- (it never ends); CHAOS_DROP_UNBOUNDED=1 leaves it unbounded there too.
 local DROP = 4                          -- SPAWNS[DROP] drops fn
 local drop_bounded = is_jit and os.getenv("CHAOS_DROP_UNBOUNDED") ~= "1"
 local function poll_with_spawn(book)
