@@ -116,7 +116,8 @@ end or assert(load([[
 -- timeout, stats, tostring and timeouts, 16, 4.8, 2.5 and 7.6 % met a
 -- finalizer (stepmul 100: 4, 1.2, 0.75, 1.6 %; 5.4's mode: 0.45, 0.05, 0.25,
 -- 9.1 %). A whole cycle at every step (stepmul 1e9) is too dear beside the
--- deep stacks of the chains and deep_collect (seeds over a minute), and a
+-- deep stacks of the chains and deep_collect, and ends no poll_with_spawn
+-- that drops (seeds ran over a minute), and a
 -- step from a debug hook would run finalizers where no allocation is, which
 -- no program sees (nor would it reach inside hwt's C or FFI calls).
 local function collector_at_every_allocation()
@@ -996,6 +997,14 @@ local function expect_call_not_running(rr, what)
   end
 end
 
+-- What a failure message says about a retry: its behaviour, how it ended so
+-- far, its timer, and where the running code was called from.
+local function retry_state(rr)
+  return ("%s, %d calls, successes %d, give-ups %d, cancelled %s, timer #%d %s, in %s"):format(
+    rr.behaviour, rr.calls, rr.successes, rr.give_ups, tostring(rr.cancelled), rr.book.id,
+    rr.book.stopped and ("stopped in " .. tostring(rr.book.stopped_in)) or "running", context)
+end
+
 local function start_retry(book)
   if book.dropped or book.stopped then return end
   book.loose = true                      -- the retry's own timeouts are not in the books
@@ -1007,7 +1016,8 @@ local function start_retry(book)
     delay = book.kind == "manual" and uniform(0.001, 0.05) or uniform(0.0005, 0.004),
     jitter = chance(0.3) and 0.5 or 0, random = fraction,
     on_success = function()
-      expect(not rr.ended and not rr.cancelled, "retry: on_success after it ended or was cancelled")
+      expect(not rr.ended and not rr.cancelled, "retry: on_success after it ended or was cancelled (%s)",
+        retry_state(rr))
       expect_call_not_running(rr, "on_success")
       rr.successes, rr.ended = rr.successes + 1, true
       count("retry successes")
@@ -1026,8 +1036,8 @@ local function start_retry(book)
   end
   if rr.has_give_up then
     opts.on_give_up = function(err)
-      expect(not rr.ended and not rr.cancelled, "retry: on_give_up(%s) after it ended or was cancelled",
-        describe(err))
+      expect(not rr.ended and not rr.cancelled, "retry: on_give_up(%s) after it ended or was cancelled (%s)",
+        describe(err), retry_state(rr))
       expect_call_not_running(rr, "on_give_up(" .. describe(err) .. ")")
       rr.give_ups, rr.ended = rr.give_ups + 1, true
       count("retry give-ups")
@@ -1161,10 +1171,23 @@ local SPAWNS = {
   function(fn) kept_handoffs[#kept_handoffs + 1] = fn end,
   function() end,
 }
+-- hwt today: a poll(nil, spawn) whose spawn drops fn hands a timeout again
+-- once the collector has given it back, so it ends only when the collector
+-- is slower than the poll (1000 due: 1798-1845 hand-offs on 5.4, 2149-2164
+-- on LuaJIT; with LuaJIT's busiest collector never: test/RELIABILITY.md,
+-- "LuaJIT").
+-- Until that is fixed such a poll is bounded on LuaJIT, where the busiest
+-- collector gives ten dropped timeouts back faster than the poll hands them
+-- (it never ends); CHAOS_DROP_UNBOUNDED=1 leaves it unbounded there too.
+local DROP = 4                          -- SPAWNS[DROP] drops fn
+local drop_bounded = is_jit and os.getenv("CHAOS_DROP_UNBOUNDED") ~= "1"
 local function poll_with_spawn(book)
   local timer = book.timer
   if not timer then return end
-  try(timer.poll, timer, chance(0.5) and random(3) or nil, pick(SPAWNS))
+  local max = chance(0.5) and random(3) or nil
+  local which = random(#SPAWNS)
+  if which == DROP and max == nil and drop_bounded then max = 3 end
+  try(timer.poll, timer, max, SPAWNS[which])
   count("polls with spawn")
 end
 
