@@ -1325,4 +1325,18 @@ describe("hwt.retry with hostile arguments", function()
     assert.is_true(h.done)
     assert.is_false(h:cancel())
   end)
+
+  it("a cancel from the on_earlier watcher while the next try is armed: no give-up, nothing left armed", function()
+    local timer = manual()
+    local handle, cancelled, gave_up
+    handle = hwt.retry(timer, function() return nil, "fail" end,
+      { retries = 5, delay = 1, on_give_up = function() gave_up = true end })
+    timer:on_earlier(function() if cancelled == nil then cancelled = handle:cancel() end end)
+    timer:advance(1)                             -- the second call fails; arming its next try tells the watcher
+    assert.is_true(cancelled)
+    assert.are.equal(0, timer:pending())
+    timer:stop()
+    assert.is_nil(gave_up)
+    assert.are.equal(2, handle.attempts)
+  end)
 end)

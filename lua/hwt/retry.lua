@@ -112,6 +112,10 @@ function M.retry(timer, fn, opts)
     -- try and ends it before on_stop knows it. Either way, the retry gives
     -- up as any other that the stop finds.
     local armed, t, refusal = pcall(timer.timeout, timer, wait, try_again)
+    if handle.done then                        -- cancelled while arming (the on_earlier watcher)
+      if armed and t then t:cancel() end
+      return
+    end
     if is_stopped(timer) then return give_up("timer is stopped", true) end
     if not armed then return give_up(t) end
     if not t then return give_up(refusal) end
