@@ -4,7 +4,7 @@
  * own and no wheel logic: it checks arguments, anchors Lua values and gives
  * lua/hwt.lua the steps of running tasks, or on Lua 5.3+ the loop that calls
  * them (lhwt_drain.c, lhwt_dispatch_callk.c); on LuaJIT a C ABI for the FFI
- * (lhwt_ffi.c).
+ * (lhwt_ffi.c, lhwt_ffi_holds.c).
  *
  * Memory: the engine links two kinds of Lua memory. A Timeout userdata
  * embeds its `timeout` node; while the node is pending, due or running, the
@@ -30,7 +30,7 @@
  * That is the hold strategy of Lua 5.1-5.4 (lhwt_anchor.c). On LuaJIT a
  * Timeout is a cdata and its timeout lives in C memory, at a slot of the
  * state's slot arena; the Lua layer keeps its task and arguments in tables
- * indexed by slot (lhwt_ffi.c, lua/hwt/jit.lua). The Timer, its queue and
+ * indexed by slot (lhwt_ffi.c, lhwt_ffi_holds.c, lua/hwt/jit.lua). The Timer, its queue and
  * their lifetime are the same on every Lua.
  *
  * Lifetime: a timer's __gc stops it. Lua does not finalize objects created
@@ -290,7 +290,7 @@ void push_timer_of(lua_State *L, const lhwt_queue *tm);
 void remember_timer(lua_State *L, const lhwt_queue *tm, int timer_idx);
 
 /* The hold strategy: how a timer keeps its timeouts' Lua values alive and
- * finds them again. lhwt_anchor.c on Lua 5.1-5.4, lhwt_ffi.c on LuaJIT. */
+ * finds them again. lhwt_anchor.c on Lua 5.1-5.4, lhwt_ffi_holds.c on LuaJIT. */
 void new_holds(lua_State *L, lhwt_queue *tm, int timer_idx, int queue_idx);
 void stop_holds(lua_State *L, lhwt_queue *tm, int timer_idx, bool want_result);
 int push_pending_timeouts(lua_State *L, lhwt_queue *tm, int timer_idx);

@@ -3,7 +3,7 @@
  * pending, due or running, its Timeout userdata (and with it the task and
  * arguments) is kept alive in its timer's anchor table, at a slot handed out
  * here; listing what is anchored; stopping a timer with what it anchors.
- * (LuaJIT's strategy is lhwt_ffi.c's.)
+ * (LuaJIT's strategy is lhwt_ffi_holds.c's.)
  */
 #include "lhwt.h"
 

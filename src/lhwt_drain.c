@@ -2,7 +2,7 @@
  * lhwt_drain.c — Lua 5.1-5.4's drain: one draining call's hold on the
  * timeouts it runs, and its steps (take, finish, hand-off, read-ahead) that
  * each dispatch loop calls: lua/hwt/dispatch.lua's and
- * lhwt_dispatch_callk.c's. (LuaJIT's are lhwt_ffi.c's.)
+ * lhwt_dispatch_callk.c's. (LuaJIT's are lhwt_ffi.c's and lhwt_ffi_holds.c's.)
  */
 #include "lhwt.h"
 
