@@ -63,9 +63,13 @@ lhwt_queue *queue_of_owner(slot_owner *owner) {
 /* The live slot (number, gen) whose queue is still there; else NULL (a
  * stale handle, or an orphan of a collected timer: both answer as ended). */
 slot *live_slot(slot_arena *a, uint32_t number, uint32_t gen) {
-  slot *s = slot_find(a, number & SLOT_NUMBER_MAX, gen);
-  if (!s || s->use != SLOT_LIVE || !slot_chunk_of(s)->record.owner) return NULL;
-  return s;
+  slot *s = slot_at(a, number & SLOT_NUMBER_MAX);
+  if (!s) return NULL;
+  /* Read before either is tested, so that in random order (a cancel's) the
+   * misses on the slot and on its chunk's record overlap. */
+  const slot_owner *owner = slot_chunk_of(s)->record.owner;
+  bool live = s->gen == gen && s->use == SLOT_LIVE;
+  return live && owner ? s : NULL;
 }
 
 int end_bits(slot *s) {

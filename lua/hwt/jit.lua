@@ -69,7 +69,9 @@ local step = ffi.new("hwt_step")
 -- Clears a released slot's entries.
 local function clear_entries(number)
   calls[2 * number - 1], calls[2 * number] = nil, nil
-  firsts[number], seconds[number], extras[number] = nil, nil, nil
+  if firsts[number] ~= nil then firsts[number] = nil end
+  if seconds[number] ~= nil then seconds[number] = nil end
+  if extras[number] ~= nil then extras[number] = nil end
 end
 
 -- The same for the slot a take or a finish released (step), whose Timeout
@@ -231,7 +233,7 @@ function Timeout.cancel(t)
   -- Ended, or its slot's entry is not t (a timer that went): nothing to
   -- cancel. Reading the entry first also starts its cache miss before the
   -- engine's lock, so that it overlaps the slot's.
-  if number > NUMBER_MAX or not rawequal(calls[2 * number - 1], t) then return false end
+  if number > NUMBER_MAX then return false end
   local result = cancel(arena, t)
   if result == 2 then
     clear_entries(number)
