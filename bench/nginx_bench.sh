@@ -29,6 +29,10 @@
 #      tp_timer_at  ngx.timer.at(d, handler, i) (lua_max_pending_timers raised
 #                   to fit); it cannot cancel: its TP_N stay pending until the
 #                   SIGQUIT that stops the instance runs them (premature)
+#      tp_floor     the floor: tp_hwt's schedule and cancel loops with hwt
+#                   taken out (bench/jit_floor_loops.lua, as make bench's
+#                   jitfloor peer: a cdata, an FFI call on 64 B of C memory,
+#                   the table stores); no probes
 #    Schedule and cancel rates (timeouts/s, timed by hwt.now()); bytes per
 #    pending timeout from the worker's VmRSS (/proc/self/status) and from
 #    collectgarbage("count"), each after a full collection, before and after
@@ -252,11 +256,12 @@ field() {  # field INSTANCE KEY -> value of KEY=value in INSTANCE's results line
 
 # ---- 3. throughput ----------------------------------------------------------------
 # TP_ROUNDS rounds; in each, a fresh instance per mode, one after the other
-# (tp_hwt first in odd rounds), each answering one GET /throughput.
+# (tp_hwt first in odd rounds, tp_floor first in even ones), each answering
+# one GET /throughput.
 TP_INSTANCES=""
 round=1
 while wants throughput && [ "$round" -le "$TP_ROUNDS" ]; do
-  if [ $((round % 2)) = 1 ]; then order="tp_hwt tp_timer_at"; else order="tp_timer_at tp_hwt"; fi
+  if [ $((round % 2)) = 1 ]; then order="tp_hwt tp_timer_at tp_floor"; else order="tp_floor tp_timer_at tp_hwt"; fi
   for m in $order; do
     start_instance "${m}_$round" "$m" || exit 1
     TP_INSTANCES="$TP_INSTANCES ${m}_$round"
@@ -278,10 +283,10 @@ tp_median() {  # tp_median MODE KEY -> the median over the rounds of KEY
     case $x in "$1"_[0-9]*) field "$x" "$2" ;; esac
   done | median
 }
-tp_ratio() {  # tp_ratio KEY -> the median over the rounds of tp_hwt's KEY / tp_timer_at's
+tp_ratio() {  # tp_ratio KEY [MODE] -> the median over the rounds of MODE's (tp_hwt's) KEY / tp_timer_at's
   x=1
   while [ "$x" -lt "$round" ]; do
-    awk -v a="$(field "tp_hwt_$x" "$1")" -v b="$(field "tp_timer_at_$x" "$1")" \
+    awk -v a="$(field "${2:-tp_hwt}_$x" "$1")" -v b="$(field "tp_timer_at_$x" "$1")" \
       'BEGIN { if (a != "" && b != "" && b + 0 != 0) printf "%.4f\n", a / b }'
     x=$((x + 1))
   done | median
@@ -328,22 +333,25 @@ fi
 if wants throughput; then
   echo "Throughput: $TP_N timeouts 1-2 h ahead, one shared handler, scheduled (hwt: then cancelled) from one request in one nginx worker; medians of $TP_ROUNDS rounds, a fresh nginx each round."
   echo
-  echo "| | hwt.ngx: timer:timeout(d, handler, i) | ngx.timer.at(d, handler, i) | hwt / ngx.timer.at |"
-  echo "|---|---:|---:|---:|"
-  printf '| schedule rate, timeouts/s | %s | %s | %s |\n' "$(si "$(tp_median tp_hwt sched_rate)")" \
-    "$(si "$(tp_median tp_timer_at sched_rate)")" "$(fixed 2 "$(tp_ratio sched_rate)")"
-  printf '| cancel rate, timeouts/s | %s | cannot cancel | - |\n' "$(si "$(tp_median tp_hwt cancel_rate)")"
-  printf '| bytes per pending timeout: worker RSS (VmRSS) | %s | %s | %s |\n' "$(fixed 0 "$(tp_median tp_hwt rss_b)")" \
-    "$(fixed 0 "$(tp_median tp_timer_at rss_b)")" "$(fixed 2 "$(tp_ratio rss_b)")"
-  printf '| bytes per pending timeout: Lua heap (collectgarbage("count")) | %s | %s | %s |\n' \
+  echo "| | hwt.ngx: timer:timeout(d, handler, i) | ngx.timer.at(d, handler, i) | hwt / ngx.timer.at | floor: the loop without hwt | floor / ngx.timer.at |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  printf '| schedule rate, timeouts/s | %s | %s | %s | %s | %s |\n' "$(si "$(tp_median tp_hwt sched_rate)")" \
+    "$(si "$(tp_median tp_timer_at sched_rate)")" "$(fixed 2 "$(tp_ratio sched_rate)")" \
+    "$(si "$(tp_median tp_floor sched_rate)")" "$(fixed 2 "$(tp_ratio sched_rate tp_floor)")"
+  printf '| cancel rate, timeouts/s | %s | cannot cancel | - | %s | - |\n' "$(si "$(tp_median tp_hwt cancel_rate)")" \
+    "$(si "$(tp_median tp_floor cancel_rate)")"
+  printf '| bytes per pending timeout: worker RSS (VmRSS) | %s | %s | %s | %s | %s |\n' "$(fixed 0 "$(tp_median tp_hwt rss_b)")" \
+    "$(fixed 0 "$(tp_median tp_timer_at rss_b)")" "$(fixed 2 "$(tp_ratio rss_b)")" \
+    "$(fixed 0 "$(tp_median tp_floor rss_b)")" "$(fixed 2 "$(tp_ratio rss_b tp_floor)")"
+  printf '| bytes per pending timeout: Lua heap (collectgarbage("count")) | %s | %s | %s | %s | %s |\n' \
     "$(fixed 0 "$(tp_median tp_hwt heap_b)")" "$(fixed 0 "$(tp_median tp_timer_at heap_b)")" \
-    "$(fixed 2 "$(tp_ratio heap_b)")"
+    "$(fixed 2 "$(tp_ratio heap_b)")" "$(fixed 0 "$(tp_median tp_floor heap_b)")" "$(fixed 2 "$(tp_ratio heap_b tp_floor)")"
   for row in "p50:p50_ms" "p99:p99_ms" "max:max_ms"; do
     label=${row%:*}; key=${row##*:}
-    printf '| lateness %s, ms: %s timeouts due in [0.1, 1.1) s, %s pending | %s | %s | - |\n' "$label" \
+    printf '| lateness %s, ms: %s timeouts due in [0.1, 1.1) s, %s pending | %s | %s | - | - | - |\n' "$label" \
       "$TP_PROBES" "$TP_N" "$(fixed 2 "$(tp_median tp_hwt "$key")")" "$(fixed 2 "$(tp_median tp_timer_at "$key")")"
   done
-  printf '| of those, started early (by hwt.now()) | %s | %s | - |\n' \
+  printf '| of those, started early (by hwt.now()) | %s | %s | - | - | - |\n' \
     "$(tp_median tp_hwt pearly)" "$(tp_median tp_timer_at pearly)"
   echo
   echo "hwt.ngx at hwt.new()'s default tick (10 ms). Rates timed by hwt.now() around each loop; bytes: the change over scheduling, each reading after a full collection, / $TP_N. ngx.timer.at counts a delay in whole milliseconds from nginx's cached clock (updated just before the $TP_PROBES here): they may start early by up to about 1 ms plus the time their scheduling loop took."
@@ -383,8 +391,11 @@ for m in $TP_INSTANCES; do
     odd "nginx refused $(field "$m" refused) of $TP_N ($(field "$m" refusal)); the rates count the rest"
   [ "$(field "$m" pending)" = "$TP_N" ] || odd "$(field "$m" pending) of $TP_N pending after scheduling"
   [ "$(field "$m" far_fired)" = 0 ] || odd "$(field "$m" far_fired) of the far timeouts ran"
-  [ "$(field "$m" pran)" = "$TP_PROBES" ] ||
-    odd "$(field "$m" pran) of $TP_PROBES probes ran ($(field "$m" prefused) refused) within the wait"
+  case $m in
+    tp_floor_*) [ "$(field "$m" probes)" = 0 ] || odd "the floor ran probes" ;;
+    *) [ "$(field "$m" pran)" = "$TP_PROBES" ] ||
+         odd "$(field "$m" pran) of $TP_PROBES probes ran ($(field "$m" prefused) refused) within the wait" ;;
+  esac
   [ "$(field "$m" ptwice)" = 0 ] || odd "$(field "$m" ptwice) probes ran twice"
   case $m in
     tp_hwt_*)

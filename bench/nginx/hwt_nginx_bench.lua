@@ -16,6 +16,8 @@
 -- Throughput modes (GET /throughput, all in one request: see M.throughput):
 --   tp_hwt            hwt timeouts through hwt.ngx (attach, or start on hwt 0.2)
 --   tp_timer_at       ngx.timer.at
+--   tp_floor          the same loops with the timer taken out (no probes):
+--                     bench/jit_floor_loops.lua's schedule_all and cancel_all
 -- Both clocks are hwt.now() (CLOCK_MONOTONIC): deadline = hwt.now() + delay
 -- read just before the timeout is made; start = hwt.now() as the task's first
 -- statement. Lateness = start - deadline.
@@ -25,6 +27,7 @@
 -- minus the offset between ngx.now() and hwt.now() taken after the loop
 -- (ngx.update_time(), so to ~1 ms).
 local hwt = require("hwt")
+local loops = require("jit_floor_loops")
 
 local M = {
   mode = nil,
@@ -49,7 +52,9 @@ end
 
 function M.init_worker(mode)
   M.mode = mode
-  if mode == "idle_none" or mode == "late_timer_at" or mode == "tp_timer_at" then return end
+  if mode == "idle_none" or mode == "late_timer_at" or mode == "tp_timer_at" or mode == "tp_floor" then
+    return
+  end
   M.timer = hwt.new({ on_error = on_task_error, tick = mode == "late_driver_tick1" and 0.001 or nil })
   if mode == "idle_recipe" then
     local timer = M.timer
@@ -208,8 +213,9 @@ end
 -- One request does it all, in one worker that runs nothing else:
 --  1. schedules n timeouts, delays uniform in [delay, delay + spread), each
 --     with the one shared handler and its index as the argument:
---     timer:timeout(d, on_far, i) (tp_hwt; the handles kept for step 4) or
---     ngx.timer.at(d, on_far, i) (tp_timer_at). Timed by hwt.now().
+--     timer:timeout(d, on_far, i) (tp_hwt; the handles kept for step 4),
+--     ngx.timer.at(d, on_far, i) (tp_timer_at), or the floor's
+--     schedule_all (tp_floor). Timed by hwt.now().
 --  2. memory per pending timeout: the worker's VmRSS (/proc/self/status)
 --     and collectgarbage("count"), each after a full collection, before and
 --     after step 1, divided by n. Everything else the request needs (the
@@ -219,9 +225,11 @@ end
 --     [poffset, poffset + pspread), scheduled after ngx.update_time(); each
 --     records start - deadline by hwt.now(). The request waits for them
 --     (ngx.sleep, bounded: pspread + poffset + 2 s).
+--     (tp_floor has no timer: no probes.)
 --  4. tp_hwt: cancels the n timeouts in a pseudo-random order (t:cancel(),
---     after a full collection), timed by hwt.now(). ngx.timer.at cannot
---     cancel: its n stay pending until the instance is stopped.
+--     after a full collection), timed by hwt.now(); tp_floor the same with
+--     the floor's cancel_all. ngx.timer.at cannot cancel: its n stay
+--     pending until the instance is stopped.
 -- Answers one line of key=value pairs.
 local function rss_kib()
   local f = io.open("/proc/self/status")
@@ -282,8 +290,8 @@ function M.throughput()
   local delay, spread = tonumber(args.delay or 3600), tonumber(args.spread or 3600)
   local probes = tonumber(args.probes or 1000)
   local poffset, pspread = tonumber(args.poffset or 0.1), tonumber(args.pspread or 1)
-  local hwt_mode = M.mode == "tp_hwt"
-  if not hwt_mode and M.mode ~= "tp_timer_at" then
+  local hwt_mode, floor_mode = M.mode == "tp_hwt", M.mode == "tp_floor"
+  if not hwt_mode and not floor_mode and M.mode ~= "tp_timer_at" then
     ngx.say("mode ", M.mode, " does not measure throughput")
     return
   end
@@ -293,7 +301,13 @@ function M.throughput()
   local delays = uniform_delays(n, delay, spread)
   local pdelays = uniform_delays(probes, poffset, pspread, 54321)
   local handles = hwt_mode and presized(n, false) or nil
-  local order = hwt_mode and permutation(n) or nil
+  local order = (hwt_mode or floor_mode) and permutation(n) or nil
+  local floor, indexes
+  if floor_mode then
+    floor, indexes = loops.new(n, presized), presized(n, 0)
+    for i = 1, n do indexes[i] = i end
+    probes = 0
+  end
   local refused, refusal, prefused, cancelled = 0, nil, 0, 0
 
   -- 1, 2: schedule n, memory before and after.
@@ -305,6 +319,8 @@ function M.throughput()
       local t, err = timer:timeout(delays[i], on_far, i)
       if t then handles[i] = t else refused = refused + 1; refusal = refusal or err end
     end
+  elseif floor_mode then
+    loops.schedule_all(floor, on_far, indexes)
   else
     for i = 1, n do
       local ok, err = at(delays[i], on_far, i)
@@ -329,7 +345,7 @@ function M.throughput()
   local wait_until = now() + poffset + pspread + 2
   while P.ran + prefused < probes and now() < wait_until do ngx.sleep(0.05) end
 
-  -- 4: cancel the n (hwt).
+  -- 4: cancel the n (hwt, the floor).
   local cancel_s
   if hwt_mode then
     full_gc()
@@ -339,6 +355,11 @@ function M.throughput()
       if t and t:cancel() then cancelled = cancelled + 1 end
     end
     cancel_s = now() - t2
+  elseif floor_mode then
+    full_gc()
+    local t2 = now()
+    loops.cancel_all(floor, order)
+    cancel_s, cancelled = now() - t2, n
   end
 
   local late, early = {}, 0
@@ -363,12 +384,12 @@ function M.throughput()
     "p50_ms=" .. ms(rank(late, 0.5)), "p99_ms=" .. ms(rank(late, 0.99)), "max_ms=" .. ms(late[#late]),
     "far_fired=" .. far_fired,
   }
-  if hwt_mode then
+  if cancel_s then
     out[#out + 1] = "cancelled=" .. cancelled
     out[#out + 1] = "cancel_ms=" .. ms(cancel_s)
     out[#out + 1] = "cancel_rate=" .. string.format("%.0f", cancelled / cancel_s)
-    out[#out + 1] = "pending_after=" .. timer:pending()
   end
+  if hwt_mode then out[#out + 1] = "pending_after=" .. timer:pending() end
   if refusal then out[#out + 1] = "refusal=" .. tostring(refusal):gsub(" ", "_") end
   ngx.say(table.concat(out, " "))
 end
