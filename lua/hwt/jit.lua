@@ -66,7 +66,9 @@ local step = ffi.new("hwt_step")
 
 -- ---- slots and their entries ------------------------------------------------------
 
--- Clears a released slot's entries.
+-- Clears a released slot's entries. An argument entry is cleared only where
+-- it holds something: a store of nil to an absent key inserts the key (a
+-- call of lj_tab_newkey in a trace), and most timeouts have no arguments.
 local function clear_entries(number)
   calls[2 * number - 1], calls[2 * number] = nil, nil
   if firsts[number] ~= nil then firsts[number] = nil end
