@@ -61,7 +61,9 @@ local MAX_TASK_ARGS = 250
 
 local Timeout = {}
 local Handle                                         -- the metatype, made below
-local function is_handle(value) return ffi.istype(Handle, value) end
+-- Not a tail call (the parentheses): a trace that starts at this function
+-- cannot follow a tail call's return into its caller and aborts there.
+local function is_handle(value) return (ffi.istype(Handle, value)) end
 local step = ffi.new("hwt_step")
 
 -- ---- slots and their entries ------------------------------------------------------
