@@ -75,12 +75,15 @@ local function redis_count(command, key)
   return n
 end
 
--- A new instance of hwt.jobs, whose process-wide state (the scripts' SHA1s)
--- is as in a process that has not called Redis yet.
+-- A new instance of hwt.jobs and its parts, whose process-wide state (the
+-- scripts' SHA1s) is as in a process that has not called Redis yet.
 local function fresh_jobs_module()
-  package.loaded["hwt.jobs"] = nil
+  local kept = {}
+  for name, module in pairs(package.loaded) do
+    if name == "hwt.jobs" or name:find("^hwt%.jobs_") then kept[name], package.loaded[name] = module, nil end
+  end
   local fresh = require("hwt.jobs")
-  package.loaded["hwt.jobs"] = jobs
+  for name, module in pairs(kept) do package.loaded[name] = module end
   return fresh
 end
 

@@ -1,0 +1,247 @@
+-- hwt.jobs_worker: the worker of a queue. It arms one hwt timeout, the
+-- wake, for the earliest due job it knows of, and otherwise asks Redis once
+-- per poll_interval. Each round trip (pump) settles the outcomes of the jobs
+-- run here, claims what is due and there is room for, and learns when to ask
+-- next. A claim is a lease: a job whose outcome does not reach Redis within
+-- `lease` seconds is due again, for any worker.
+local backoff = require("hwt.backoff")
+local client = require("hwt.jobs_client")
+local format = require("hwt.jobs_format")
+local report = require("hwt.jobs_report").report
+local scripts = require("hwt.jobs_scripts")
+
+local M = {}
+
+local huge = math.huge
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end
+local unpack = table.unpack or unpack
+local eval, micro, MICRO, decode = client.eval, format.micro, format.MICRO, format.decode
+
+-- After a failed round (Redis unreachable, an error) the worker tries again
+-- after this, doubling up to poll_interval.
+local FIRST_RECONNECT_WAIT = 0.1
+local OUTCOME_FIELDS = 5        -- id, token, kind, wait, error
+
+local arm, pump
+
+-- Re-arms the wake: a reset, or on LuaJIT, where a Timeout that ended
+-- cannot be reset, a new wake. Returns what reset() returns; raises once the
+-- timer stopped.
+local function rearm(q, delay)
+  local ok, armed, refusal = pcall(q.wake.reset, q.wake, delay)
+  if ok or q.timer:is_stopped() then
+    if not ok then error(armed, 0) end
+    return armed, refusal
+  end
+  local wake, err = q.timer:timeout(delay, pump, q)
+  if wake then q.wake = wake end
+  return wake and true, err
+end
+
+-- Arms the wake `delay` seconds from now, unless it is armed earlier already.
+function arm(q, delay)
+  local at = q.timer:now() + delay
+  if at >= q.wake_at then return end
+  q.wake_at = at
+  local ok, armed, refusal = pcall(rearm, q, delay)
+  if not ok then
+    q.wake, q.stopped = nil, true         -- the timer stopped: so does the queue
+  elseif not armed then
+    q.wake_at = huge
+    report(q, "hwt.jobs: cannot arm the wake-up: " .. tostring(refusal))
+  end
+end
+
+-- A handler fails when it raises or returns nil/false and an error.
+local function call_handler(handler, payload, job)
+  local results = pack(pcall(handler, payload, job))
+  if not results[1] then return false, results[2] end
+  if not results[2] and results[3] ~= nil then return false, results[3] end
+  return true
+end
+
+local function outcome(q, job, kind, wait, err)
+  local list = q.outcomes
+  list[#list + 1] = { job.id, job._token, kind, micro(wait), err and tostring(err) or "" }
+end
+
+-- The last job of a batch asks Redis for the next batch at once; the others
+-- leave it to the wake (one round trip for the outcomes of many jobs).
+local function settle_soon(q)
+  q.running = q.running - 1
+  if not q.wake then return end
+  if q.running == 0 then
+    pump(nil, q)
+  else
+    arm(q, 0)
+  end
+end
+
+-- A job that waited here until its lease ran out may be running elsewhere
+-- already: it is given back, not started.
+local function lease_expired(q, job)
+  return q.timer:now() - job._claimed >= q.lease
+end
+
+local function run_job(_, q, job)
+  if lease_expired(q, job) then
+    q.counts.expired = q.counts.expired + 1
+    outcome(q, job, "release", 0)
+    return settle_soon(q)
+  end
+  local handler = q.handlers[job.name]
+  local ok, err
+  if job.malformed then
+    err = job.malformed
+  elseif not handler then
+    err = ("no handler for job '%s' on this worker"):format(job.name)
+  else
+    q.counts.ran = q.counts.ran + 1
+    ok, err = call_handler(handler, job.payload, job)
+  end
+  if ok then
+    outcome(q, job, "done", 0)
+  elseif job.malformed or job.attempt > q.retry.retries then
+    q.counts.dead = q.counts.dead + 1
+    outcome(q, job, "dead", 0, err)
+  else
+    q.counts.retried = q.counts.retried + 1
+    outcome(q, job, "retry", backoff.wait(q.retry, job.attempt), err)
+  end
+  settle_soon(q)
+  if not ok then
+    q.counts.failed = q.counts.failed + 1
+    report(q, err, job)
+  end
+end
+
+-- `asked_at`: when the claim was sent (timer:now()), no later than Redis
+-- made it, so the lease is never thought longer than it is.
+local function job_from(q, row, asked_at)
+  local name, payload = decode(q.codec, row[2])
+  local job = { id = row[1], attempt = tonumber(row[4]), due = tonumber(row[5]) / MICRO, queue = q,
+                _token = row[3], _claimed = asked_at }
+  if name then
+    job.name, job.payload = name, payload
+  else
+    job.name, job.malformed = "?", payload
+  end
+  return job
+end
+
+-- Starts each claimed job as an hwt task of its own (so a host driver runs
+-- it as it runs any task); at max_pending it runs here instead.
+local function start_jobs(q, rows, asked_at)
+  for _, row in ipairs(rows) do
+    local job = job_from(q, row, asked_at)
+    q.running = q.running + 1
+    if not q.timer:timeout(0, run_job, q, job) then run_job(nil, q, job) end
+  end
+end
+
+local function count_lost(q, settled)
+  for _, code in ipairs(settled) do
+    if code == -1 then q.counts.lost = q.counts.lost + 1 end
+  end
+end
+
+-- Outcomes that did not reach Redis go with the next round (Redis settles
+-- each once: a resent one is answered 0).
+local function keep_outcomes(q, sending)
+  for _, fields in ipairs(sending) do q.outcomes[#q.outcomes + 1] = fields end
+end
+
+-- After a failed round the worker tries again after 0.1 s, doubling up to
+-- poll_interval.
+local function back_off(q)
+  q.failures = q.failures + 1
+  arm(q, backoff.grow(FIRST_RECONNECT_WAIT, 2, q.failures, q.poll_interval))
+end
+
+-- One round trip: settle `sending` (outcomes), claim what is due and there
+-- is room for, learn when to ask next.
+local function pump_once(q, sending)
+  local room = q.stopped and 0 or q.concurrency - q.running
+  local args = { room, micro(q.lease), #sending }
+  for _, fields in ipairs(sending) do
+    for i = 1, OUTCOME_FIELDS do args[#args + 1] = fields[i] end
+  end
+  local asked_at = q.timer:now()
+  local reply, err = eval(q, scripts.pump, q.keys.pump, unpack(args))
+  if not reply then
+    keep_outcomes(q, sending)
+    q.counts.redis_errors = q.counts.redis_errors + 1
+    back_off(q)
+    if not q.outage then report(q, "hwt.jobs: " .. err .. " (trying again)") end
+    q.outage = true
+    return
+  end
+  q.failures, q.outage = 0, false
+  count_lost(q, reply[1])
+  start_jobs(q, reply[2], asked_at)
+  if q.stopped then
+    if #q.outcomes > 0 then arm(q, 0) end
+    return
+  end
+  local next_in = tonumber(reply[3])
+  local wait = next_in < 0 and q.poll_interval or math.min(next_in / MICRO, q.poll_interval)
+  if q.running >= q.concurrency then
+    wait = q.poll_interval      -- a job that finishes arms an earlier wake
+  end
+  arm(q, wait)
+end
+
+-- A round that raised (a reply of the wrong shape, a bug) is reported, each
+-- time, and backed off like a Redis failure: the worker goes on.
+local function round_raised(q, sending, err)
+  keep_outcomes(q, sending)
+  back_off(q)
+  report(q, "hwt.jobs: a worker round failed: " .. tostring(err) .. " (trying again)")
+end
+
+-- The wake's task. A pump that yields (lua-resty-redis) may be overtaken by
+-- the next wake: that one only asks the running pump to go round again.
+function pump(_, q)
+  q.wake_at = huge
+  if q.pumping then
+    q.pump_again = true
+    return
+  end
+  q.pumping = true
+  repeat
+    q.pump_again = false
+    local sending = q.outcomes
+    q.outcomes = {}
+    local ok, err = pcall(pump_once, q, sending)
+    if not ok then round_raised(q, sending, err) end
+  until not q.pump_again
+  q.pumping = false
+end
+
+-- Starts the wake (at once); true, or nil and the timer's refusal.
+function M.start(q)
+  if not q.wake then
+    local wake, err = q.timer:timeout(0, pump, q)
+    if not wake then return nil, err end
+    q.wake, q.wake_at = wake, 0
+  end
+  q.stopped = false
+  arm(q, 0)
+  return true
+end
+
+-- Stops claiming; the wake goes on while outcomes wait for Redis.
+function M.stop(q)
+  q.stopped = true
+  if q.wake and #q.outcomes == 0 and q.running == 0 then
+    q.wake:cancel()
+    q.wake_at = huge
+  end
+end
+
+-- A job scheduled `seconds` ahead by this process: the wake comes no later.
+function M.scheduled(q, seconds)
+  if q.wake and not q.stopped then arm(q, seconds) end
+end
+
+return M
