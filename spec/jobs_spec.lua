@@ -10,91 +10,13 @@ local redis_server = require("redis_server")
 local socket = require("socket")
 local assert_raises = require("support").assert_raises
 
-local TICK = 0.005
-local WITHIN = 5                -- seconds: a bound for "soon"; a run longer has failed
+local js = require("jobs_support")
+local TICK, WITHIN = js.TICK, js.WITHIN
+local fresh_key, connect_to, new_queue, run_until = js.fresh_key, js.connect_to, js.new_queue, js.run_until
+local count_runs, settled, redis_count, fresh_jobs_module, stall =
+  js.count_runs, js.settled, js.redis_count, js.fresh_jobs_module, js.stall
 
 local server
-local key_number = 0
-
-local function fresh_key()
-  key_number = key_number + 1
-  return "spec:jobs:" .. key_number
-end
-
--- A redis-lua client of `on` (default: the spec's server) that gives up
--- waiting for a reply after `timeout` seconds (default 1).
-local function connect_to(on, timeout)
-  return redis_server.redis.connect({ host = "127.0.0.1", port = (on or server).port, timeout = timeout or 1 })
-end
-
--- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
--- real-clock timer: q, timer, the errors it reported, its key. opts.module:
--- another instance of hwt.jobs; opts.timeout: the client's; opts.connect,
--- opts.release: the queue's.
-local function new_queue(opts)
-  opts = opts or {}
-  local timer = opts.timer or hwt.new({ tick = TICK })
-  local errors = {}
-  local key = opts.key or fresh_key()
-  local q = (opts.module or jobs).redis({
-    timer = timer, key = key, release = opts.release,
-    connect = opts.connect or function() return connect_to(opts.server, opts.timeout) end,
-    poll_interval = opts.poll_interval or 0.2, lease = opts.lease or 5,
-    retry = opts.retry or { retries = 2, delay = 0.05 },
-    on_error = function(err, job) errors[#errors + 1] = { err = err, job = job } end,
-  })
-  return q, timer, errors, key
-end
-
--- Runs `timer` until `condition()` holds; fails the test after WITHIN seconds.
-local function run_until(timer, condition)
-  local deadline = hwt.now() + WITHIN
-  while not condition() do
-    assert(hwt.now() < deadline, "not within " .. WITHIN .. " s")
-    timer:run_for(TICK)
-  end
-end
-
--- Registers a handler for `name` that counts its runs; returns the count's reader.
-local function count_runs(q, name)
-  local runs = 0
-  q:handle(name, function() runs = runs + 1 end)
-  return function() return runs end
-end
-
--- The worker has nothing claimed and nothing waiting to reach Redis.
-local function settled(q)
-  local stats = q:stats()
-  return stats.running == 0 and stats.unsettled == 0
-end
-
-local function redis_count(command, key)
-  local client = assert(server:connect())
-  local n = tonumber(client[command](client, key))
-  client:quit()
-  return n
-end
-
--- A new instance of hwt.jobs and its parts, whose process-wide state (the
--- scripts' SHA1s) is as in a process that has not called Redis yet.
-local function fresh_jobs_module()
-  local kept = {}
-  for name, module in pairs(package.loaded) do
-    if name == "hwt.jobs" or name:find("^hwt%.jobs_") then kept[name], package.loaded[name] = module, nil end
-  end
-  local fresh = require("hwt.jobs")
-  for name, module in pairs(kept) do package.loaded[name] = module end
-  return fresh
-end
-
--- Makes Redis stall for `seconds` (DEBUG SLEEP, sent without waiting for
--- its reply); returns once it sleeps.
-local function stall(on, seconds)
-  local sleeper = assert(socket.connect("127.0.0.1", on.port))
-  assert(sleeper:send(("DEBUG SLEEP %s\r\n"):format(seconds)))
-  socket.sleep(0.05)
-  return sleeper
-end
 
 -- A connect() for `on` (default: the spec's server) whose first script reply
 -- (EVALSHA or EVAL) gets, in place of its result, one row of one field: a
@@ -119,7 +41,10 @@ local function connect_corrupting_once(on)
 end
 
 describe("hwt.jobs", function()
-  lazy_setup(function() server = redis_server.start() end)
+  lazy_setup(function()
+    server = redis_server.start()
+    js.use(server)
+  end)
   lazy_teardown(function() server:destroy() end)
 
   describe("arguments", function()
