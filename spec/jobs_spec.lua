@@ -84,7 +84,7 @@ describe("hwt.jobs", function()
       assert_raises("bad argument #3 to 'schedule' (JSON-encodable payload expected: payload.f is a function",
                    q.schedule, q, "a", 1, { f = print })
       assert_raises("bad argument #4 to 'schedule' (table expected, got number)", q.schedule, q, "a", 1, nil, 5)
-      assert_raises("bad argument #4 to 'schedule' (unknown option 'at')", q.schedule, q, "a", 1, nil, { at = 5 })
+      assert_raises("bad argument #4 to 'schedule' (unknown option 'delay')", q.schedule, q, "a", 1, nil, { delay = 5 })
       for _, id in ipairs({ 42, "42", "", true }) do
         assert_raises("bad argument #4 to 'schedule' (opts.id: a string with a non-digit expected",
                      q.schedule, q, "a", 1, nil, { id = id })

@@ -103,6 +103,49 @@ local Queue = {}
 ---How many times it was claimed.
 ---@field attempts integer
 
+---What `q:get(id)` and `q:list()` give for a job.
+---@class hwt.jobs.JobInfo
+---The job's id.
+---@field id string
+---Its name; nil for a malformed job.
+---@field name? string
+---Its payload (through JSON); nil for a malformed job.
+---@field payload any
+---`"delayed"` (waiting for its due time, or due and not yet claimed), `"running"` (claimed by a worker) or `"dead"` (dead-lettered).
+---@field state "delayed"|"running"|"dead"
+---When it is (delayed) or was (running) due, in epoch seconds by the Redis server's clock; nil for a dead job.
+---@field due? number
+---How many times it was claimed.
+---@field attempts integer
+---Its last error, if a run failed.
+---@field error? string
+---When it was dead-lettered (epoch seconds, Redis clock); only for a dead job.
+---@field dead_at? number
+
+---What `q:counts()` returns.
+---@class hwt.jobs.Counts
+---Jobs waiting for their due time or for a worker.
+---@field delayed integer
+---Jobs claimed by a worker.
+---@field running integer
+---Dead-lettered jobs.
+---@field dead integer
+---Recurring series (0 until `q:every` exists).
+---@field recurring integer
+
+---A job of `q:schedule_many`'s list: `delay` or `at`, not both.
+---@class hwt.jobs.BatchJob
+---@field name string non-empty
+---Seconds from now (by Redis's clock), finite, >= 0.
+---@field delay? number
+---Epoch seconds on the Redis server's clock, finite, >= 0 (a past time is due at once).
+---@field at? number
+---@field payload any
+---As `schedule`'s `opts.id`.
+---@field id? string
+---As `schedule`'s `opts.replace` (needs `id`).
+---@field replace? boolean
+
 ---Makes a queue on Redis; nothing is sent until first use. Raises for a bad option, naming it.
 ---@param opts hwt.jobs.Options
 ---@return hwt.jobs.Queue queue
@@ -115,15 +158,58 @@ function M.redis(opts) end
 ---@return hwt.jobs.Queue self
 function Queue:handle(name, handler) end
 
----Writes a job due `delay` seconds from now (by Redis's clock); its id, or `nil, err, kind`: kind `"refused"` (nothing was written) or `"unknown"` (it may have been: schedule again with the same `opts.id`). `opts.id` names the job: the same id again while the job exists changes nothing and returns the id; with `opts.replace = true` it replaces the job's due time and payload. Raises for a bad name, delay or opts, or a payload that JSON cannot give back equal (the message names where the value is).
+---Writes a job due `delay` seconds from now (by Redis's clock), or at `opts.at` (pass `delay = nil`); its id, or `nil, err, kind`: kind `"refused"` (nothing was written) or `"unknown"` (it may have been: schedule again with the same `opts.id`). `opts.id` names the job: the same id again while the job exists changes nothing and returns the id; with `opts.replace = true` it replaces the job's due time and payload. Raises for a bad name, delay or opts, or a payload that JSON cannot give back equal (the message names where the value is).
 ---@param name string non-empty
----@param delay number seconds, finite, >= 0
+---@param delay number|nil seconds, finite, >= 0; nil with `opts.at`
 ---@param payload? any JSON: tables, strings, finite numbers (each comes back equal), booleans
----@param opts? { id?: string, replace?: boolean } `id`: not digits alone (those are the queue's ids); `replace` needs `id`
+---@param opts? { id?: string, replace?: boolean, at?: number } `id`: not digits alone (those are the queue's ids); `replace` needs `id`; `at`: epoch seconds on the Redis server's clock
 ---@return string|nil id
 ---@return string|nil err
 ---@return "refused"|"unknown"|nil kind
 function Queue:schedule(name, delay, payload, opts) end
+
+---Writes every job of `list` in one round trip, each as `schedule` would, in the list's order: all of them or none. Their ids in that order, or `nil, err, kind` as for `schedule` (after `"unknown"`, send the same list again: jobs with an `id` are written once). Raises for a bad job, naming it (`list[3].delay`), before anything is sent.
+---@param list hwt.jobs.BatchJob[]
+---@return string[]|nil ids
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:schedule_many(list) end
+
+---The job `id`, or nil when no job has it; `nil, err, kind` on a Redis failure.
+---@param id string|integer
+---@return hwt.jobs.JobInfo|nil job
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:get(id) end
+
+---A page of the jobs in one state: `opts.state` (`"delayed"`, the default, `"running"` or `"dead"`), `opts.count` (default 100) of them after the first `opts.from` (default 0). Delayed jobs in due order, running ones by the due time of their claim, dead ones by when they died. `nil, err, kind` on a Redis failure.
+---@param opts? { state?: "delayed"|"running"|"dead", from?: integer, count?: integer }
+---@return hwt.jobs.JobInfo[]|nil jobs
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:list(opts) end
+
+---How many jobs are delayed, running and dead; `nil, err, kind` on a Redis failure.
+---@return hwt.jobs.Counts|nil counts
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:counts() end
+
+---Moves a delayed job (not claimed, not dead) to `delay` seconds from now, or to `opts.at` (pass `delay = nil`): true if it was delayed and now has that due time, false otherwise (running, dead or gone); `nil, err, kind` on a Redis failure.
+---@param id string|integer
+---@param delay number|nil seconds, finite, >= 0; nil with `opts.at`
+---@param opts? { at?: number } epoch seconds on the Redis server's clock
+---@return boolean|nil moved
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:reschedule(id, delay, opts) end
+
+---Makes a delayed job due now: `reschedule(id, 0)`.
+---@param id string|integer
+---@return boolean|nil moved
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:promote(id) end
 
 ---true if the job will never run, on any worker; false if it is running, ran, was cancelled or is dead; `nil, err, kind` on a Redis failure (kind as for `schedule`).
 ---@param id string|integer

@@ -31,6 +31,7 @@ local M = {}
 
 local huge = math.huge
 local eval, micro, encode, decode = client.eval, format.micro, format.encode, format.decode
+local MICRO = format.MICRO
 local name_arg, seconds_arg, id_arg = options.name_arg, options.seconds_arg, options.id_arg
 
 local Queue = {}
@@ -50,7 +51,7 @@ function M.redis(opts)
     failures = 0,           -- rounds failed in a row
     outage = false,         -- a Redis failure was reported; no round succeeded since
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
-    counts = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },
+    tally = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },  -- stats()
     keys = scripts.keys(opts.key),
   }, Queue)
 end
@@ -77,20 +78,121 @@ end
 function Queue:schedule(name, delay, payload, opts)
   check_queue(self, "schedule")
   name_arg(name, "schedule")
-  local seconds = seconds_arg(delay, "schedule", 2)
+  local id, replace, at = options.schedule_options(opts)
+  local seconds = options.delay_or_at_arg(delay, at, "schedule", 2)
   local json, why = encode(self.codec, name, payload)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local id, replace = options.schedule_options(opts)
-  local result, err, kind = eval(self, scripts.schedule, self.keys.schedule, json, micro(seconds), id or "",
-                                 replace and "1" or "0")
+  local result, err, kind = eval(self, scripts.schedule, self.keys.schedule, json, at and "0" or micro(seconds),
+                                 id or "", replace and "1" or "0", at and micro(at) or "")
   if result == nil then return nil, err, kind end
   if result[2] == 1 then
-    self.counts.scheduled = self.counts.scheduled + 1
-    worker.scheduled(self, seconds)
+    self.tally.scheduled = self.tally.scheduled + 1
+    worker.scheduled(self, tonumber(result[3]) / MICRO)
   end
   return tostring(result[1])
+end
+
+-- Schedules the jobs of `list`, each {name=, delay= or at=, payload=, id=,
+-- replace=} as schedule() would, in one round trip: all of them are
+-- written or none is. Returns their ids, in the list's order; or nil, a
+-- message and "refused" or "unknown", as schedule().
+function Queue:schedule_many(list)
+  check_queue(self, "schedule_many")
+  local _, n = options.job_list_arg(list)
+  if n == 0 then return {} end
+  local rows = {}
+  for i = 1, n do
+    local job = list[i]
+    local json, why = encode(self.codec, job.name, job.payload)
+    if not json then
+      error(("bad argument #1 to 'schedule_many' (list[%d].payload: JSON-encodable payload expected: %s)")
+        :format(i, why), 2)
+    end
+    local at = job.at and tonumber(job.at)
+    rows[i] = { job.id or "", json, at and "0" or micro(tonumber(job.delay)), at and micro(at) or "",
+                job.replace and "1" or "0" }
+  end
+  local result, err, kind = eval(self, scripts.schedule_many, self.keys.schedule, self.codec.encode(rows, "list"))
+  if result == nil then return nil, err, kind end
+  local ids = {}
+  for i, id in ipairs(result[1]) do ids[i] = tostring(id) end
+  self.tally.scheduled = self.tally.scheduled + result[2]
+  local earliest = tonumber(result[3])
+  if earliest >= 0 then worker.scheduled(self, earliest / MICRO) end
+  return ids
+end
+
+-- A job's record from a GET or LIST row (hwt.jobs_scripts' JOB_ROW).
+local function job_of(codec, row)
+  local name, payload = decode(codec, row[2])
+  if not name then payload = nil end
+  local due, dead_at = tonumber(row[4]), tonumber(row[7])
+  return {
+    id = row[1], name = name, payload = payload, state = row[3], due = due and due / MICRO,
+    attempts = tonumber(row[5]), error = row[6] ~= "" and row[6] or nil, dead_at = dead_at and dead_at / MICRO,
+  }
+end
+
+-- The job `id`: {id=, name=, payload=, state=, due=, attempts=, error=,
+-- dead_at=}; nil when no job has that id; or nil, a message and the kind.
+function Queue:get(id)
+  check_queue(self, "get")
+  local result, err, kind = eval(self, scripts.get, self.keys.read, id_arg(id, "get"))
+  if result == nil then return nil, err, kind end
+  if result[1] ~= 1 then return nil end
+  return job_of(self.codec, result[2])
+end
+
+-- A page of jobs in one state (opts.state: "delayed", the default,
+-- "running" or "dead"), opts.count (100) of them after the first opts.from
+-- (0), as get() gives them: delayed ones by due time, running ones by the
+-- due time of their claim, dead ones by when they died.
+function Queue:list(opts)
+  check_queue(self, "list")
+  local state, from, count = options.list_options(opts)
+  local rows, err, kind = eval(self, scripts.list, self.keys.read, state, from, count)
+  if rows == nil then return nil, err, kind end
+  local jobs = {}
+  for i, row in ipairs(rows) do jobs[i] = job_of(self.codec, row) end
+  return jobs
+end
+
+-- How many jobs are delayed, running (claimed) and dead, and how many
+-- recurring series the queue holds.
+function Queue:counts()
+  check_queue(self, "counts")
+  local counts, err, kind = eval(self, scripts.counts, self.keys.counts)
+  if counts == nil then return nil, err, kind end
+  return { delayed = counts[1], running = counts[2], dead = counts[3], recurring = 0 }
+end
+
+-- Moves a delayed job's due time (a delay, or `at`); true if it was delayed
+-- (not claimed, not dead) and now has that due time.
+local function move(q, id, seconds, at)
+  local result, err, kind = eval(q, scripts.reschedule, q.keys.reschedule, id, at and "0" or micro(seconds),
+                                 at and micro(at) or "")
+  if result == nil then return nil, err, kind end
+  if result[1] ~= 1 then return false end
+  worker.scheduled(q, tonumber(result[2]) / MICRO)
+  return true
+end
+
+-- The delayed job `id` becomes due `delay` seconds from now, or at opts.at
+-- (pass delay = nil). true if it was delayed and now has that due time;
+-- false if it is running, dead or gone; or nil, a message and the kind.
+function Queue:reschedule(id, delay, opts)
+  check_queue(self, "reschedule")
+  id = id_arg(id, "reschedule")
+  local at = options.reschedule_options(opts)
+  return move(self, id, options.delay_or_at_arg(delay, at, "reschedule", 2), at)
+end
+
+-- The delayed job `id` becomes due now: as reschedule(id, 0).
+function Queue:promote(id)
+  check_queue(self, "promote")
+  return move(self, id_arg(id, "promote"), 0, nil)
 end
 
 -- true if the job will never run, on any worker; false if it is running,
@@ -159,7 +261,7 @@ end
 function Queue:stats()
   check_queue(self, "stats")
   local s = {}
-  for key, value in pairs(self.counts) do s[key] = value end
+  for key, value in pairs(self.tally) do s[key] = value end
   s.running, s.unsettled = self.running, #self.outcomes
   s.started = self.wake ~= nil and not self.stopped
   return s

@@ -76,48 +76,130 @@ end
 
 -- The checks of the queue's arguments, each called by the method itself,
 -- so that the error points at the method's caller.
-local function name_arg(name, fname)
+local function name_problem(name)
   if type(name) ~= "string" or name == "" then
-    checks.arg_error(fname, 1, "non-empty string expected, got "
-      .. (name == "" and "an empty one" or checks.type_name(name)))
+    return "non-empty string expected, got " .. (name == "" and "an empty one" or checks.type_name(name))
+  end
+end
+
+local function name_arg(name, fname)
+  local problem = name_problem(name)
+  if problem then checks.arg_error(fname, 1, problem) end
+end
+
+-- The problem with a number of seconds (a delay), or nil.
+local function seconds_problem(value)
+  local seconds = tonumber(value)
+  if type(value) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
+    return "finite number of seconds >= 0 expected, got " .. tostring(value)
   end
 end
 
 local function seconds_arg(value, fname, n)
+  local problem = seconds_problem(value)
+  if problem then checks.arg_error(fname, n, problem) end
+  return tonumber(value)
+end
+
+-- The problem with a due time (Unix seconds, on the Redis server's clock), or nil.
+local function at_problem(value)
   local seconds = tonumber(value)
   if type(value) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
-    checks.arg_error(fname, n, "finite number of seconds >= 0 expected, got " .. tostring(value))
+    return "finite Unix time in seconds >= 0 expected, got " .. tostring(value)
   end
-  return seconds
 end
 
-local SCHEDULE_OPTIONS = { id = true, replace = true }
-
--- What is wrong with schedule()'s opts, or nil. opts.id: a string with a
--- non-digit (ids of digits alone are the queue's own); opts.replace: a
--- boolean, true only with an id.
-local function schedule_options_problem(opts)
-  if type(opts) ~= "table" then return "table expected, got " .. checks.type_name(opts) end
-  for key in pairs(opts) do
-    if not SCHEDULE_OPTIONS[key] then return "unknown option '" .. tostring(key) .. "'" end
-  end
-  local id, replace = opts.id, opts.replace
-  if id ~= nil and (type(id) ~= "string" or not id:find("%D")) then
-    return "opts.id: a string with a non-digit expected (ids of digits alone are the queue's own), got "
+-- The problem with a caller's job id, or nil: a string with a non-digit
+-- (ids of digits alone are the queue's own).
+local function id_problem(id)
+  if type(id) ~= "string" or not id:find("%D") then
+    return "a string with a non-digit expected (ids of digits alone are the queue's own), got "
       .. (type(id) == "string" and ("%q"):format(id) or checks.type_name(id))
   end
-  if replace ~= nil and type(replace) ~= "boolean" then
-    return "opts.replace: boolean expected, got " .. checks.type_name(replace)
-  end
-  if replace and id == nil then return "opts.replace needs opts.id" end
 end
 
--- schedule()'s opts.id and opts.replace, checked.
+-- The problem with the fields of a table of options or of a job, or nil:
+-- an unknown key ("unknown option 'x'", "list[2]: unknown field 'x'"), or a
+-- value `check` finds wrong (named `prefix .. key`: "opts.id", "list[2].id").
+local function fields_problem(t, known, prefix, unknown)
+  for key in pairs(t) do
+    if not known[key] then return ("%s '%s'"):format(unknown, tostring(key)) end
+  end
+  for key, check in pairs(known) do
+    local problem = t[key] ~= nil and check(t[key])
+    if problem then return prefix .. key .. ": " .. problem end
+  end
+end
+
+local function boolean_problem(value)
+  if type(value) ~= "boolean" then return "boolean expected, got " .. checks.type_name(value) end
+end
+
+local function any() end
+
+local SCHEDULE_OPTIONS = { id = id_problem, replace = boolean_problem, at = at_problem }
+
+-- What is wrong with schedule()'s opts, or nil. opts.replace is true only
+-- with an id.
+local function schedule_options_problem(opts)
+  if type(opts) ~= "table" then return "table expected, got " .. checks.type_name(opts) end
+  local problem = fields_problem(opts, SCHEDULE_OPTIONS, "opts.", "unknown option")
+  if problem then return problem end
+  if opts.replace and opts.id == nil then return "opts.replace needs opts.id" end
+end
+
+-- schedule()'s opts: id, replace (a boolean), at (or nil), checked.
 local function schedule_options(opts)
-  if opts == nil then return nil, false end
+  if opts == nil then return nil, false, nil end
   local problem = schedule_options_problem(opts)
   if problem then checks.arg_error("schedule", 4, problem) end
-  return opts.id, opts.replace == true
+  return opts.id, opts.replace == true, opts.at and tonumber(opts.at)
+end
+
+-- A delay (argument n of fname) unless `at` is given, when it must be nil:
+-- the delay in seconds, or nil.
+local function delay_or_at_arg(delay, at, fname, n)
+  local problem
+  if at == nil then
+    problem = seconds_problem(delay)
+  elseif delay ~= nil then
+    problem = "nil expected with opts.at, got " .. checks.type_name(delay)
+  end
+  if problem then checks.arg_error(fname, n, problem) end
+  return at == nil and tonumber(delay) or nil
+end
+
+local JOB_FIELDS = {
+  name = name_problem, delay = seconds_problem, at = at_problem, payload = any, id = id_problem,
+  replace = boolean_problem,
+}
+
+-- What is wrong with job i of schedule_many()'s list, or nil.
+local function job_problem(job, i)
+  local prefix = ("list[%d]."):format(i)
+  if type(job) ~= "table" then return ("list[%d]: table expected, got %s"):format(i, checks.type_name(job)) end
+  local problem = fields_problem(job, JOB_FIELDS, prefix, ("list[%d]: unknown field"):format(i))
+  if problem then return problem end
+  if job.name == nil then return prefix .. "name: non-empty string expected, got nil" end
+  if job.delay == nil and job.at == nil then return ("list[%d]: delay or at expected"):format(i) end
+  if job.delay ~= nil and job.at ~= nil then return ("list[%d]: delay or at expected, not both"):format(i) end
+  if job.replace and job.id == nil then return prefix .. "replace needs " .. prefix .. "id" end
+end
+
+-- schedule_many()'s list, checked: an array of jobs (`n` of them).
+local function job_list_arg(list)
+  if type(list) ~= "table" then checks.arg_error("schedule_many", 1, "table expected, got " .. checks.type_name(list)) end
+  local n = #list
+  for key in pairs(list) do
+    if type(key) ~= "number" or key % 1 ~= 0 or key < 1 or key > n then
+      checks.arg_error("schedule_many", 1, "an array of jobs expected, got the key " .. tostring(key))
+    end
+  end
+  for i = 1, n do
+    local problem = job_problem(list[i], i)
+    if problem then checks.arg_error("schedule_many", 1, problem) end
+  end
+  return list, n
 end
 
 local function id_arg(id, fname)
@@ -127,6 +209,50 @@ local function id_arg(id, fname)
   return tostring(id)
 end
 
+-- The problem with an option table whose keys must all be in `known`
+-- (key -> its problem check), or nil. No table is none.
+local function options_problem(opts, known)
+  if opts == nil then return nil end
+  if type(opts) ~= "table" then return "table expected, got " .. checks.type_name(opts) end
+  return fields_problem(opts, known, "opts.", "unknown option")
+end
+
+local LIST_STATES = { delayed = true, running = true, dead = true }
+
+local function count_problem(minimum)
+  return function(value)
+    if type(value) ~= "number" or value % 1 ~= 0 or value < minimum then
+      return ("integer >= %d expected, got %s"):format(minimum, tostring(value))
+    end
+  end
+end
+
+local LIST_OPTIONS = {
+  state = function(value)
+    if not LIST_STATES[value] then return '"delayed", "running" or "dead" expected, got ' .. tostring(value) end
+  end,
+  from = count_problem(0), count = count_problem(1),
+}
+
+-- list()'s opts: state (default "delayed"), from (0), count (100).
+local function list_options(opts)
+  local problem = options_problem(opts, LIST_OPTIONS)
+  if problem then checks.arg_error("list", 1, problem) end
+  opts = opts or {}
+  return opts.state or "delayed", opts.from or 0, opts.count or 100
+end
+
+local RESCHEDULE_OPTIONS = { at = at_problem }
+
+-- reschedule()'s opts.at (or nil).
+local function reschedule_options(opts)
+  local problem = options_problem(opts, RESCHEDULE_OPTIONS)
+  if problem then checks.arg_error("reschedule", 3, problem) end
+  return opts and opts.at and tonumber(opts.at)
+end
+
 M.check_options = check_options
 M.name_arg, M.seconds_arg, M.schedule_options, M.id_arg = name_arg, seconds_arg, schedule_options, id_arg
+M.delay_or_at_arg, M.job_list_arg, M.list_options = delay_or_at_arg, job_list_arg, list_options
+M.reschedule_options = reschedule_options
 return M

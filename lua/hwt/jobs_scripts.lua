@@ -8,7 +8,8 @@
 --                 end of its lease, so an expired claim is due again
 --   {key}:jobs    hash, id -> JSON {"name":..., "payload":...}
 --   {key}:tries   hash, id -> how many times it was claimed
---   {key}:claims  hash, id -> the token of the claim that holds it
+--   {key}:claims  hash, id -> the claim that holds it: its token, a space,
+--                 and when the job was due (µs)
 --   {key}:errors  hash, id -> its last error
 --   {key}:dead    sorted set, id -> when it was dead-lettered
 --   {key}:seq     counter for ids and claim tokens
@@ -34,26 +35,72 @@ for _, key in ipairs(KEYS) do
 end
 ]]
 
--- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
--- replace a job of that id. Answers { id, 1 } when it wrote the job,
--- { id, 0 } when a job of that id exists and was left as it is. A replaced
--- job starts afresh: delayed, unclaimed (a run in progress no longer settles
--- it), no attempts, not dead.
-local SCHEDULE = PRELUDE .. [[
-local due, jobs, seq, claims, tries, errors, dead = unpack(KEYS)
-local id = ARGV[3]
-if id == '' then
-  id = tostring(redis.call('INCR', seq))
-elseif redis.call('HEXISTS', jobs, id) == 1 then
-  if ARGV[4] ~= '1' then return answer({ id, 0 }) end
-  redis.call('HDEL', claims, id)
-  redis.call('HDEL', tries, id)
-  redis.call('HDEL', errors, id)
-  redis.call('ZREM', dead, id)
+-- Writes one job (SCHEDULE and SCHEDULE_MANY): `id` ('' for a new one),
+-- its JSON, when it is due (µs, the Redis clock), whether to replace a job
+-- of that id. Returns the id and 1 when it wrote the job, 0 when a job of
+-- that id exists and was left as it is. A replaced job starts afresh:
+-- delayed, unclaimed (a run in progress no longer settles it), no attempts,
+-- not dead.
+local WRITE_JOB = [[
+local due_key, jobs, seq, claims, tries, errors, dead = unpack(KEYS)
+local function write_job(id, json, due_at, replace)
+  if id == '' then
+    id = tostring(redis.call('INCR', seq))
+  elseif redis.call('HEXISTS', jobs, id) == 1 then
+    if not replace then return id, 0 end
+    redis.call('HDEL', claims, id)
+    redis.call('HDEL', tries, id)
+    redis.call('HDEL', errors, id)
+    redis.call('ZREM', dead, id)
+  end
+  redis.call('HSET', jobs, id, json)
+  redis.call('ZADD', due_key, score(due_at), id)
+  return id, 1
 end
-redis.call('HSET', jobs, id, ARGV[1])
-redis.call('ZADD', due, score(now + tonumber(ARGV[2])), id)
-return answer({ id, 1 })
+-- A delay (µs from now) or, when `at` is not '', the time itself.
+local function due_time(delay, at)
+  if at ~= '' then return tonumber(at) end
+  return now + tonumber(delay)
+end
+]]
+
+-- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
+-- replace a job of that id, its due time (µs; '': use the delay). Answers
+-- { id, written (1 or 0), µs until it is due (0 when it is) }.
+local SCHEDULE = PRELUDE .. WRITE_JOB .. [[
+local due_at = due_time(ARGV[2], ARGV[5])
+local id, written = write_job(ARGV[3], ARGV[1], due_at, ARGV[4] == '1')
+return answer({ id, written, score(math.max(0, due_at - now)) })
+]]
+
+-- ARGV[1]: a JSON array of jobs, each [id, JSON, delay, due time, replace]
+-- as SCHEDULE's (strings). All are checked before any is written; each is
+-- written as SCHEDULE writes it, in the list's order (an id twice: the
+-- second finds the first). Answers { ids, how many were written, µs until
+-- the earliest written one is due (-1: none written) }.
+local SCHEDULE_MANY = PRELUDE .. WRITE_JOB .. [[
+local ok, list = pcall(cjson.decode, ARGV[1])
+if not ok or type(list) ~= 'table' then return redis.error_reply('ERR hwt.jobs: a malformed batch') end
+for i, job in ipairs(list) do
+  if type(job) ~= 'table' or #job ~= 5 then return redis.error_reply('ERR hwt.jobs: a malformed job at ' .. i) end
+  for f = 1, 5 do
+    if type(job[f]) ~= 'string' then return redis.error_reply('ERR hwt.jobs: a malformed job at ' .. i) end
+  end
+  if job[4] == '' and not tonumber(job[3]) or job[4] ~= '' and not tonumber(job[4]) then
+    return redis.error_reply('ERR hwt.jobs: a malformed due time at ' .. i)
+  end
+end
+local ids, written, earliest = {}, 0, nil
+for i, job in ipairs(list) do
+  local due_at = due_time(job[3], job[4])
+  local id, wrote = write_job(job[1], job[2], due_at, job[5] == '1')
+  ids[i] = id
+  if wrote == 1 then
+    written = written + 1
+    if not earliest or due_at < earliest then earliest = due_at end
+  end
+end
+return answer({ ids, written, earliest and score(math.max(0, earliest - now)) or '-1' })
 ]]
 
 -- A claimed job is running somewhere: cancel cannot promise it never runs.
@@ -79,7 +126,7 @@ for i = 0, tonumber(ARGV[3]) - 1 do
   local base = 4 + i * 5
   local id, token, kind, wait, err = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   local holder = redis.call('HGET', claims, id)
-  if holder ~= token then
+  if (holder and string.match(holder, '^%d+')) ~= token then
     settled[#settled + 1] = holder and -1 or 0
   else
     redis.call('HDEL', claims, id)
@@ -110,7 +157,7 @@ if limit > 0 then
   for i = 1, #found, 2 do
     local id = found[i]
     local token = tostring(redis.call('INCR', seq))
-    redis.call('HSET', claims, id, token)
+    redis.call('HSET', claims, id, token .. ' ' .. score(tonumber(found[i + 1])))
     redis.call('ZADD', due, lease_end, id)
     claimed[#claimed + 1] = { id, redis.call('HGET', jobs, id) or '', token,
                               redis.call('HINCRBY', tries, id, 1), tonumber(found[i + 1]) }
@@ -141,7 +188,98 @@ redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
 return answer(1)
 ]]
 
-local M = { schedule = SCHEDULE, cancel = CANCEL, pump = PUMP, dead_list = DEAD_LIST, requeue = REQUEUE }
+-- What GET and LIST answer for a job: { id, JSON, state, due (µs; '' for
+-- a dead one, or a claim that does not say), attempts, error, dead since
+-- (µs; '' unless dead) }.
+local JOB_ROW = [[
+local due_key, jobs, claims, tries, dead, errors = unpack(KEYS)
+local function claim_due(id)
+  local claim = redis.call('HGET', claims, id)
+  return claim and (string.match(claim, ' (%d+)$') or '') or nil
+end
+local function row(id, state, due_at, dead_at)
+  return { id, redis.call('HGET', jobs, id) or '', state, due_at or '', redis.call('HGET', tries, id) or '0',
+           redis.call('HGET', errors, id) or '', dead_at or '' }
+end
+local function job_row(id)
+  if redis.call('HEXISTS', jobs, id) == 0 then return nil end
+  local dead_at = redis.call('ZSCORE', dead, id)
+  if dead_at then return row(id, 'dead', nil, dead_at) end
+  local due_of_claim = claim_due(id)
+  if due_of_claim then return row(id, 'running', due_of_claim) end
+  return row(id, 'delayed', redis.call('ZSCORE', due_key, id))
+end
+]]
+
+-- ARGV: an id. Answers { 1, row } (JOB_ROW's), or { 0 } when no job has it.
+local GET = PRELUDE .. JOB_ROW .. [[
+local found = job_row(ARGV[1])
+if not found then return answer({ 0 }) end
+return answer({ 1, found })
+]]
+
+-- ARGV: a state (delayed, running, dead), how many to skip, how many to
+-- answer. Answers rows (JOB_ROW's): delayed jobs by due time, running ones
+-- by the due time of their claim, dead ones by when they died. A delayed
+-- page costs O(log n) per claim held and per row.
+local LIST = PRELUDE .. JOB_ROW .. [[
+local state, from, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+if state == 'dead' then
+  local ids = redis.call('ZRANGE', dead, from, from + count - 1, 'WITHSCORES')
+  for i = 1, #ids, 2 do out[#out + 1] = row(ids[i], 'dead', nil, ids[i + 1]) end
+elseif state == 'running' then
+  local held = redis.call('HGETALL', claims)
+  local rows = {}
+  for i = 1, #held, 2 do rows[#rows + 1] = row(held[i], 'running', string.match(held[i + 1], ' (%d+)$')) end
+  table.sort(rows, function(a, b) return (tonumber(a[4]) or 0) < (tonumber(b[4]) or 0) end)
+  for i = from + 1, math.min(#rows, from + count) do out[#out + 1] = rows[i] end
+else
+  -- Claimed jobs sit in the due set too (scored by their lease's end): the
+  -- rank of the from-th unclaimed one is from plus the claimed ones before it.
+  local ranks = {}
+  for _, id in ipairs(redis.call('HKEYS', claims)) do
+    local rank = redis.call('ZRANK', due_key, id)
+    if rank then ranks[#ranks + 1] = rank end
+  end
+  table.sort(ranks)
+  local start = from
+  for _, rank in ipairs(ranks) do
+    if rank <= start then start = start + 1 end
+  end
+  local ids = redis.call('ZRANGE', due_key, start, start + count + #ranks - 1, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    if #out == count then break end
+    if redis.call('HEXISTS', claims, ids[i]) == 0 then out[#out + 1] = row(ids[i], 'delayed', ids[i + 1]) end
+  end
+end
+return answer(out)
+]]
+
+-- Answers { delayed, running, dead }.
+local COUNTS = PRELUDE .. [[
+local due, claims, dead = unpack(KEYS)
+local running = redis.call('HLEN', claims)
+return answer({ redis.call('ZCARD', due) - running, running, redis.call('ZCARD', dead) })
+]]
+
+-- ARGV: an id, a delay (µs), a due time (µs; '': use the delay). A job
+-- that is delayed (not claimed, not dead) gets the new due time. Answers
+-- { 1, µs until it is due }, or { 0 } when it was not delayed.
+local RESCHEDULE = PRELUDE .. [[
+local due, claims = unpack(KEYS)
+local id = ARGV[1]
+if redis.call('HEXISTS', claims, id) == 1 or not redis.call('ZSCORE', due, id) then return answer({ 0 }) end
+local due_at = ARGV[3] ~= '' and tonumber(ARGV[3]) or now + tonumber(ARGV[2])
+redis.call('ZADD', due, score(due_at), id)
+return answer({ 1, score(math.max(0, due_at - now)) })
+]]
+
+local M = {
+  schedule = SCHEDULE, schedule_many = SCHEDULE_MANY, cancel = CANCEL, pump = PUMP,
+  dead_list = DEAD_LIST, requeue = REQUEUE, get = GET, list = LIST, counts = COUNTS,
+  reschedule = RESCHEDULE,
+}
 
 -- Each script's KEYS, in the order it unpacks them, for the queue `key`.
 function M.keys(key)
@@ -152,6 +290,9 @@ function M.keys(key)
   end
   return {
     schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead },
+    read = { k.due, k.jobs, k.claims, k.tries, k.dead, k.errors },
+    counts = { k.due, k.claims, k.dead },
+    reschedule = { k.due, k.claims },
     cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
     pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq },
     dead = { k.dead, k.jobs, k.tries, k.errors },

@@ -85,7 +85,7 @@ end
 
 local function run_job(_, q, job)
   if lease_expired(q, job) then
-    q.counts.expired = q.counts.expired + 1
+    q.tally.expired = q.tally.expired + 1
     outcome(q, job, "release", 0)
     return settle_soon(q)
   end
@@ -96,21 +96,21 @@ local function run_job(_, q, job)
   elseif not handler then
     err = ("no handler for job '%s' on this worker"):format(job.name)
   else
-    q.counts.ran = q.counts.ran + 1
+    q.tally.ran = q.tally.ran + 1
     ok, err = call_handler(handler, job.payload, job)
   end
   if ok then
     outcome(q, job, "done", 0)
   elseif job.malformed or job.attempt > q.retry.retries then
-    q.counts.dead = q.counts.dead + 1
+    q.tally.dead = q.tally.dead + 1
     outcome(q, job, "dead", 0, err)
   else
-    q.counts.retried = q.counts.retried + 1
+    q.tally.retried = q.tally.retried + 1
     outcome(q, job, "retry", backoff.wait(q.retry, job.attempt), err)
   end
   settle_soon(q)
   if not ok then
-    q.counts.failed = q.counts.failed + 1
+    q.tally.failed = q.tally.failed + 1
     report(q, err, job)
   end
 end
@@ -141,7 +141,7 @@ end
 
 local function count_lost(q, settled)
   for _, code in ipairs(settled) do
-    if code == -1 then q.counts.lost = q.counts.lost + 1 end
+    if code == -1 then q.tally.lost = q.tally.lost + 1 end
   end
 end
 
@@ -170,7 +170,7 @@ local function pump_once(q, sending)
   local reply, err = eval(q, scripts.pump, q.keys.pump, unpack(args))
   if not reply then
     keep_outcomes(q, sending)
-    q.counts.redis_errors = q.counts.redis_errors + 1
+    q.tally.redis_errors = q.tally.redis_errors + 1
     back_off(q)
     if not q.outage then report(q, "hwt.jobs: " .. err .. " (trying again)") end
     q.outage = true

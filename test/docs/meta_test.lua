@@ -20,9 +20,10 @@
 --   * hwt.jobs: its functions, the methods of a real queue (jobs.redis
 --     connects on first use only), its options (each accepted, and exactly
 --     the ones jobs.redis reads, also inside `retry`), the keys of q:stats(),
---     and the records a handler, on_error and q:dead() get, from a queue run
---     on the manual clock against a stub Redis client (canned replies in the
---     shapes of the module's scripts; no redis-server needed).
+--     the records a handler, on_error, q:dead(), q:get(), q:list() and
+--     q:counts() give, and the fields of a schedule_many job, from a queue
+--     run on the manual clock against a stub Redis client (canned replies in
+--     the shapes of the module's scripts; no redis-server needed).
 -- Each comparison is one check; each mismatch is printed; the last line is
 -- "meta: N passed, N failed", and the exit status is 1 when one failed.
 local hwt = require("hwt")
@@ -520,8 +521,12 @@ end)
 -- that answers the queue's worker script (keys "{key}:due", "{key}:jobs",
 -- "{key}:tries", ...) and its dead-letter list (first key "{key}:dead") with
 -- replies shaped as Redis gives them ({ tag, result }, the tag being the
--- request's last argument); any other script is an error reply. The first
--- worker round claims a good job and a malformed one.
+-- request's last argument), its dead-letter list (first key "{key}:dead"),
+-- get and list (keys "{key}:due", "{key}:jobs", "{key}:claims", ...: get's
+-- one argument is the id, list's three the state, from and count), counts
+-- (three keys) and schedule_many (keys "{key}:due", "{key}:jobs",
+-- "{key}:seq", ...; one argument, the batch); any other script is an error
+-- reply. The first worker round claims a good job and a malformed one.
 local STUB_DUE_US = 1700000000 * 1000000
 local function stub_redis()
   local client, pumps = {}, 0
@@ -543,6 +548,16 @@ local function stub_redis()
     elseif first_key:match(":dead$") then         -- id, job JSON, error, tries
       return { tag, { { "7", '{"name":"meta","payload":{"n":1}}', "boom", "3" },
                       { "8", "{not json", "malformed job", "1" } } }
+    elseif numkeys == 6 and args[3]:match(":claims$") then   -- get, list: rows of id, JSON, state, due, tries, error, dead since
+      local delayed = { "7", '{"name":"meta","payload":{"n":1}}', "delayed", tostring(STUB_DUE_US), "0", "", "" }
+      local running = { "8", '{"name":"meta"}', "running", tostring(STUB_DUE_US), "1", "", "" }
+      local dead = { "9", "{not json", "dead", "", "3", "boom", tostring(STUB_DUE_US) }
+      if #args == numkeys + 2 then return { tag, { 1, args[numkeys + 1] == "9" and dead or delayed } } end
+      return { tag, { delayed, running, dead } }
+    elseif numkeys == 3 and args[2]:match(":claims$") then   -- counts
+      return { tag, { 4, 1, 2 } }
+    elseif numkeys == 7 and args[3]:match(":seq$") and #args == numkeys + 2 then   -- schedule_many
+      return { tag, { { "job-x" }, 1, "-1" } }
     end
     error("stub redis: unexpected script with " .. tostring(numkeys) .. " keys", 0)
   end
@@ -577,10 +592,33 @@ if jobs_ok and cjson_ok then
     dead_samples = { { dead[1], "q:dead()[1]" }, { dead[2], "q:dead()[2] (malformed)" } }
   end
   compare_records("hwt.jobs.DeadJob", dead_samples, "q:dead() entry")
+  local info_samples = {}
+  for _, id in ipairs({ "7", "9" }) do
+    local job, get_err = q:get(id)
+    if check(job ~= nil, "q:get(%s) against the stub: %s", id, tostring(get_err)) then
+      info_samples[#info_samples + 1] = { job, "q:get(" .. id .. ")" }
+    end
+  end
+  local listed, list_err = q:list()
+  if check(listed ~= nil and #listed == 3, "q:list() against the stub: %s", tostring(listed and #listed or list_err)) then
+    for i, job in ipairs(listed) do info_samples[#info_samples + 1] = { job, "q:list()[" .. i .. "]" } end
+  end
+  compare_records("hwt.jobs.JobInfo", info_samples, "q:get() or q:list() record")
+  local counts, counts_err = q:counts()
+  check(counts ~= nil, "q:counts() against the stub: %s", tostring(counts_err))
+  compare_records("hwt.jobs.Counts", counts and { { counts, "q:counts()" } } or {}, "q:counts()")
+  compare_options("hwt.jobs.BatchJob", {
+    name = "x", delay = 1, at = 1700000000, payload = { n = 1 }, id = "job-x", replace = true,
+  }, function(key, value)
+    local job = { name = "x", delay = key ~= "at" and 1 or nil, id = key == "replace" and "job-x" or nil }
+    job[key] = value
+    return pcall(q.schedule_many, q, { job })
+  end)
   q:stop()
   timer:stop()
 else
-  note("hwt.jobs or lua-cjson does not load here: hwt.jobs.Job, hwt.jobs.Stats, hwt.jobs.DeadJob not compared")
+  note("hwt.jobs or lua-cjson does not load here: hwt.jobs.Job, hwt.jobs.Stats, hwt.jobs.DeadJob, "
+    .. "hwt.jobs.JobInfo, hwt.jobs.Counts, hwt.jobs.BatchJob not compared")
 end
 
 -- ---- every class is known ---------------------------------------------------
@@ -593,6 +631,7 @@ local compared = {
   ["hwt.cqueues"] = true, ["hwt.cqueues.Options"] = true, ["hwt.cqueues.Driver"] = true,
   ["hwt.jobs"] = true, ["hwt.jobs.Options"] = true, ["hwt.jobs.RetryOptions"] = true, ["hwt.jobs.Queue"] = true,
   ["hwt.jobs.Job"] = true, ["hwt.jobs.Stats"] = true, ["hwt.jobs.DeadJob"] = true,
+  ["hwt.jobs.JobInfo"] = true, ["hwt.jobs.Counts"] = true, ["hwt.jobs.BatchJob"] = true,
 }
 for _, name in ipairs(sorted_keys(classes)) do
   check(compared[name], "---@class %s is not compared with anything by this test", name)

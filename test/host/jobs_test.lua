@@ -1,11 +1,14 @@
 -- hwt.jobs across processes, against a real redis-server (AOF on) on 127.0.0.1:
---  1. 3 workers, 10,000 jobs due over 0-3 s; one worker is killed with
---     SIGKILL mid-run (while it runs a slow job) and Redis is stopped and
---     restarted mid-run. Every job
---     runs, none early, none twice except those the killed worker held (run
---     again after the lease); a job cancelled here never runs on a worker;
---     schedule() while Redis is down returns nil, err; at the end Redis holds
---     nothing but the dead-letter-free, empty queue.
+--  1. 3 workers, 10,000 jobs due over 0-3 s, every other block of 500
+--     scheduled by one schedule_many() with ids (the rest one schedule()
+--     each); one worker is killed with SIGKILL mid-run (while it runs a slow
+--     job) and Redis is stopped and restarted mid-run. Every job runs, none
+--     early, none twice except those the killed worker held (run again after
+--     the lease); a job cancelled here never runs on a worker; schedule() and
+--     schedule_many() while Redis is down return nil, err (refused), and that
+--     batch, sent again once Redis is back (as is any batch that failed), has
+--     each of its jobs run once; at the end Redis holds nothing but the
+--     dead-letter-free, empty queue.
 --  2. A job scheduled 5 s ahead survives stopping every worker: new workers
 --     run it, not early, once.
 -- Prints each check and "jobs: N passed, N failed"; exits non-zero on a failure.
@@ -29,6 +32,8 @@ local REDIS_DOWN_FOR = 0.5
 local ALL_DONE_WITHIN = 40      -- seconds, for phase 1
 local SURVIVOR_DELAY = 5
 local NEVER_EARLY_SLACK = 0     -- a start before the deadline is a failure, however small
+local BATCH = 500               -- jobs per schedule_many(), every other block of BATCH
+local RESEND_WITHIN = 10        -- seconds a failed batch is sent again for
 
 local passed, failed = 0, 0
 local function check(ok, label, detail)
@@ -139,14 +144,28 @@ local function phase_one()
     end
   end
   local refused_while_down, written_while_down = nil, nil
+  local batch_refused_while_down, batch_written_after = nil, nil
+  local down_batch = {}          -- sent while Redis is down, and again once it is back
+  for k = 1, 100 do
+    down_batch[k] = { name = "job", delay = SPREAD, payload = { n = "down " .. k }, id = "while-down-" .. k }
+  end
   local function restart_redis()
     server:stop("TERM")
     local id_down, err = queue:schedule("job", 0, { n = "while down" })
     refused_while_down = id_down == nil and type(err) == "string"
     written_while_down = id_down
+    local ids_down, _, kind = queue:schedule_many(down_batch)
+    batch_refused_while_down = ids_down == nil and kind == "refused"
     socket.sleep(REDIS_DOWN_FOR)
     server:start()
     redis_restarted = true
+    local before = socket.gettime()
+    local written = queue:schedule_many(down_batch)
+    batch_written_after = written and #written == #down_batch
+    for k, id in ipairs(written or {}) do
+      ids[#ids + 1] = id
+      earliest[id] = before + down_batch[k].delay
+    end
   end
   -- The kill and the restart happen at their times whether scheduling is
   -- still going on or not (it takes 1-4 s here): the jobs are due until ~3 s.
@@ -156,21 +175,50 @@ local function phase_one()
     if not redis_restarted and elapsed >= REDIS_DOWN_AT then restart_redis() end
     return killed and redis_restarted
   end
-  for i = 1, JOBS do
-    local delay = (i - 1) * SPREAD / JOBS
-    local before = socket.gettime()
-    local id = queue:schedule("job", delay, { n = i })
-    if id then
-      ids[#ids + 1] = id
-      earliest[id] = before + delay
+  local function schedule_batch(from, to)
+    local list = {}
+    for i = from, to do
+      list[#list + 1] = { name = "job", delay = (i - 1) * SPREAD / JOBS, payload = { n = i }, id = "batch-" .. i }
     end
-    if i % 100 == 0 then events_due() end
+    local before = socket.gettime()
+    local written = queue:schedule_many(list)
+    local give_up = before + RESEND_WITHIN
+    while not written and socket.gettime() < give_up do   -- the same list again writes each job once
+      events_due()
+      socket.sleep(0.05)
+      written = queue:schedule_many(list)
+    end
+    for k, id in ipairs(written or {}) do
+      ids[#ids + 1] = id
+      earliest[id] = before + list[k].delay
+    end
+    events_due()
+  end
+  for block = 0, math.ceil(JOBS / BATCH) - 1 do
+    local from, to = block * BATCH + 1, math.min((block + 1) * BATCH, JOBS)
+    if block % 2 == 1 then
+      schedule_batch(from, to)
+    else
+      for i = from, to do
+        local delay = (i - 1) * SPREAD / JOBS
+        local before = socket.gettime()
+        local id = queue:schedule("job", delay, { n = i })
+        if id then
+          ids[#ids + 1] = id
+          earliest[id] = before + delay
+        end
+        if i % 100 == 0 then events_due() end
+      end
+    end
   end
   local scheduled_in = socket.gettime() - first
   redis_server.wait_until(events_due, REDIS_DOWN_AT + SLOW_SECONDS)
-  check(#ids == JOBS + SLOW_JOBS, ("all %d jobs scheduled"):format(JOBS), ("%d scheduled"):format(#ids))
+  check(#ids == JOBS + SLOW_JOBS + #down_batch, ("all %d jobs scheduled"):format(JOBS + #down_batch),
+        ("%d scheduled"):format(#ids))
   check(killed and redis_restarted, "a worker was killed and Redis restarted while jobs were due")
   check(refused_while_down and written_while_down == nil, "schedule() while Redis is down returns nil, err")
+  check(batch_refused_while_down, "schedule_many() while Redis is down returns nil, err, \"refused\"")
+  check(batch_written_after, "the same batch, sent again once Redis is back, is written")
   check(cancelled == true, "a job cancelled from this process: cancel() returns true", tostring(cancelled))
 
   local all_done = redis_server.wait_until(function() return count_done(logs, ids) == #ids end,

@@ -1,0 +1,269 @@
+-- hwt.jobs' calls of hwt 0.3 against a real redis-server started on
+-- 127.0.0.1 for this file: schedule_many (all or nothing, ids, a retry
+-- after "unknown"), opts.at (a due time on the Redis clock), get, list,
+-- counts, reschedule and promote.
+package.path = "test/host/?.lua;" .. package.path
+local redis_server = require("redis_server")
+local assert_raises = require("support").assert_raises
+local js = require("jobs_support")
+local new_queue, run_until, settled, redis_count, stall = js.new_queue, js.run_until, js.settled, js.redis_count, js.stall
+
+local server
+
+-- The Redis server's clock, in seconds (what opts.at counts on).
+local function redis_time()
+  local client = assert(server:connect())
+  local clock = client:time()
+  client:quit()
+  return tonumber(clock[1]) + tonumber(clock[2]) / 1e6
+end
+
+-- Registers a handler for each name that records what ran: name, payload
+-- and the Redis time it started at. Returns the record.
+local function record_runs(q, ...)
+  local ran = {}
+  for _, name in ipairs({ ... }) do
+    q:handle(name, function(payload, job)
+      ran[#ran + 1] = { name = name, payload = payload, id = job.id, at = redis_time() }
+    end)
+  end
+  return ran
+end
+
+local function slot_of(key) return "{" .. key .. "}:" end
+
+describe("hwt.jobs 0.3 calls", function()
+  lazy_setup(function()
+    server = redis_server.start()
+    js.use(server)
+  end)
+  lazy_teardown(function() server:destroy() end)
+
+  describe("schedule_many", function()
+    it("writes every job in one call and gives back their ids in the list's order", function()
+      local q, timer = new_queue()
+      local ran = record_runs(q, "a", "b")
+      local soon = redis_time()
+      local ids = assert(q:schedule_many({
+        { name = "a", delay = 0.2, payload = { n = 1 } },
+        { name = "b", at = soon, payload = "at once", id = "b-1" },
+        { name = "a", delay = 0, payload = { n = 3 }, id = "a-3" },
+      }))
+      assert.equals(3, #ids)
+      assert.equals("b-1", ids[2])
+      assert.equals("a-3", ids[3])
+      assert.matches("^%d+$", ids[1])
+      assert.equals(3, q:stats().scheduled)
+      assert(q:start())
+      run_until(timer, function() return #ran == 3 and settled(q) end)
+      local by_id = {}
+      for _, run in ipairs(ran) do by_id[run.id] = run end
+      assert.same({ n = 1 }, by_id[ids[1]].payload)
+      assert.equals("at once", by_id["b-1"].payload)
+      assert.same({ n = 3 }, by_id["a-3"].payload)
+      assert.is_true(by_id[ids[1]].at >= soon + 0.2)     -- never before its due time
+      timer:stop()
+    end)
+
+    it("leaves a job whose id exists as it is, unless replace; an id twice: the second finds the first", function()
+      local q, timer, _, key = new_queue()
+      assert.equals("keep", q:schedule("x", 60, "old", { id = "keep" }))
+      local ids = assert(q:schedule_many({
+        { name = "x", delay = 1, payload = "new", id = "keep" },
+        { name = "x", delay = 5, payload = "first", id = "twice" },
+        { name = "x", delay = 9, payload = "second", id = "twice" },
+        { name = "x", delay = 7, payload = "replaced", id = "twice", replace = true },
+      }))
+      assert.same({ "keep", "twice", "twice", "twice" }, ids)
+      assert.equals("old", q:get("keep").payload)
+      assert.equals("replaced", q:get("twice").payload)
+      assert.equals(2, redis_count("hlen", slot_of(key) .. "jobs"))
+      assert.equals(3, q:stats().scheduled)    -- "keep", "twice" and its replacement
+      timer:stop()
+    end)
+
+    it("writes nothing when Redis refuses the batch: nil, err, 'refused', no id drawn", function()
+      local q, timer, _, key = new_queue()
+      local client = assert(server:connect())
+      client:set(slot_of(key) .. "dead", "not a sorted set")
+      client:quit()
+      local ids, err, kind = q:schedule_many({ { name = "x", delay = 1 }, { name = "y", delay = 2, id = "y" } })
+      assert.is_nil(ids)
+      assert.matches("WRONGTYPE", err)
+      assert.equals("refused", kind)
+      assert.equals(0, redis_count("zcard", slot_of(key) .. "due"))
+      assert.equals(0, redis_count("hlen", slot_of(key) .. "jobs"))
+      assert.is_nil(redis_count("get", slot_of(key) .. "seq"))
+      timer:stop()
+    end)
+
+    it("raises on a bad job, naming it, and sends nothing", function()
+      local q, timer, _, key = new_queue()
+      local good = { name = "x", delay = 1 }
+      assert_raises("bad argument #1 to 'schedule_many' (table expected, got nil)", q.schedule_many, q)
+      assert_raises("(list[2]: table expected, got number)", q.schedule_many, q, { good, 5 })
+      assert_raises("(list[1]: delay or at expected)", q.schedule_many, q, { { name = "x" } })
+      assert_raises("(list[1]: delay or at expected, not both)", q.schedule_many, q,
+                    { { name = "x", delay = 1, at = 2 } })
+      assert_raises("(list[2]: unknown field 'dealy')", q.schedule_many, q, { good, { name = "x", dealy = 1 } })
+      assert_raises("(list[1].name: non-empty string expected", q.schedule_many, q, { { name = "", delay = 1 } })
+      assert_raises("(list[1].delay: finite number of seconds >= 0", q.schedule_many, q, { { name = "x", delay = -1 } })
+      assert_raises("(list[1].at: finite Unix time", q.schedule_many, q, { { name = "x", at = 0 / 0 } })
+      assert_raises("(list[1].id: a string with a non-digit", q.schedule_many, q, { { name = "x", delay = 1, id = "7" } })
+      assert_raises("(list[1].replace needs list[1].id)", q.schedule_many, q, { { name = "x", delay = 1, replace = true } })
+      assert_raises("(list[3].payload: JSON-encodable payload expected: payload.f is a function", q.schedule_many, q,
+                    { good, good, { name = "x", delay = 1, payload = { f = print } } })
+      assert_raises("(an array of jobs expected, got the key name)", q.schedule_many, q, { good, name = "x" })
+      assert.same({}, q:schedule_many({}))
+      assert.equals(0, redis_count("hlen", slot_of(key) .. "jobs"))
+      timer:stop()
+    end)
+
+    it("a late reply: 'unknown'; the same batch again, with ids, writes each job once", function()
+      local q, timer, _, key = new_queue({ timeout = 0.5 })
+      assert(q:schedule_many({ { name = "warm", delay = 60 } }))   -- the script is loaded: the stall meets EVALSHA
+      local batch = {}
+      for i = 1, 50 do batch[i] = { name = "x", delay = 60, payload = i, id = "job-" .. i } end
+      local sleeper = stall(server, 0.75)
+      local ids, err, kind = q:schedule_many(batch)
+      assert.is_nil(ids)
+      assert.matches("timeout", err)
+      assert.equals("unknown", kind)
+      assert.equals(50, #assert(q:schedule_many(batch)))
+      assert.equals(51, redis_count("zcard", slot_of(key) .. "due"))
+      sleeper:close()
+      timer:stop()
+    end)
+  end)
+
+  describe("opts.at", function()
+    it("runs a job at a time on the Redis clock, not before; one in the past at once", function()
+      local q, timer = new_queue()
+      local ran = record_runs(q, "x")
+      local at = redis_time() + 0.3
+      assert(q:schedule("x", nil, "later", { at = at }))
+      assert(q:schedule("x", nil, "past", { at = at - 3600 }))
+      assert(q:start())
+      run_until(timer, function() return #ran == 2 and settled(q) end)
+      assert.equals("past", ran[1].payload)
+      assert.equals("later", ran[2].payload)
+      assert.is_true(ran[2].at >= at)
+      timer:stop()
+    end)
+
+    it("takes the place of the delay: both, or neither, raise", function()
+      local q, timer = new_queue()
+      assert_raises("bad argument #2 to 'schedule' (nil expected with opts.at, got number)",
+                    q.schedule, q, "x", 1, nil, { at = 5 })
+      assert_raises("bad argument #2 to 'schedule' (finite number of seconds >= 0 expected, got nil)",
+                    q.schedule, q, "x", nil)
+      assert_raises("bad argument #4 to 'schedule' (opts.at: finite Unix time in seconds >= 0 expected, got -1)",
+                    q.schedule, q, "x", nil, nil, { at = -1 })
+      timer:stop()
+    end)
+  end)
+
+  describe("get, list and counts", function()
+    it("gives a delayed job, a running one and a dead one, and nil for an unknown id", function()
+      local q, timer = new_queue({ retry = { retries = 0 } })
+      local before = redis_time()
+      local id = assert(q:schedule("later", 60, { n = 1 }))
+      local job = q:get(id)
+      assert.same({ n = 1 }, job.payload)
+      assert.equals("later", job.name)
+      assert.equals("delayed", job.state)
+      assert.equals(0, job.attempts)
+      assert.is_true(job.due >= before + 60 and job.due < redis_time() + 60.001)
+      assert.is_nil(q:get("no such job"))
+      local seen = {}
+      q:handle("now", function(_, running)
+        seen.job = q:get(running.id)
+        seen.list = q:list({ state = "running" })
+        seen.counts = q:counts()
+        seen.moved = q:reschedule(running.id, 1)
+        error("to the dead")
+      end)
+      local now_id = assert(q:schedule("now", 0, "p"))
+      assert(q:start())
+      run_until(timer, function() return q:stats().dead == 1 and settled(q) end)
+      assert.equals("running", seen.job.state)
+      assert.equals(1, seen.job.attempts)
+      assert.is_true(seen.job.due <= redis_time())
+      assert.equals(1, #seen.list)
+      assert.equals(now_id, seen.list[1].id)
+      assert.same({ delayed = 1, running = 1, dead = 0, recurring = 0 }, seen.counts)
+      assert.is_false(seen.moved)                  -- running: not moved
+      local dead = q:get(now_id)
+      assert.equals("dead", dead.state)
+      assert.matches("to the dead", dead.error)
+      assert.is_number(dead.dead_at)
+      assert.is_nil(dead.due)
+      assert.same({ delayed = 1, running = 0, dead = 1, recurring = 0 }, q:counts())
+      assert.equals(now_id, q:list({ state = "dead" })[1].id)
+      assert.is_false(q:reschedule(now_id, 1))    -- dead: not moved
+      timer:stop()
+    end)
+
+    it("lists delayed jobs in due order, a page at a time, skipping the claimed ones", function()
+      local q, timer = new_queue()
+      for i = 1, 6 do assert(q:schedule("x", 100 + i, i, { id = "job-" .. i })) end
+      local page = {}
+      for _, job in ipairs(q:list({ from = 2, count = 3 })) do page[#page + 1] = job.payload end
+      assert.same({ 3, 4, 5 }, page)
+      assert.same({}, q:list({ from = 6 }))
+      -- Claimed jobs keep their place in Redis' due set (scored by their
+      -- lease): promote two, let a handler hold them, and page around them.
+      local pages
+      q:handle("x", function()
+        if pages then return end
+        pages = {}
+        for from = 0, 3 do
+          local ids = {}
+          for _, job in ipairs(q:list({ from = from, count = 2 })) do ids[#ids + 1] = job.id end
+          pages[from] = table.concat(ids, " ")
+        end
+      end)
+      assert.is_true(q:promote("job-2"))
+      assert.is_true(q:promote("job-5"))
+      assert(q:start())                            -- one round claims both, then runs them
+      run_until(timer, function() return pages ~= nil end)
+      assert.same({ [0] = "job-1 job-3", "job-3 job-4", "job-4 job-6", "job-6" }, pages)
+      timer:stop()
+    end)
+
+    it("raises on bad options", function()
+      local q, timer = new_queue()
+      assert_raises("bad argument #1 to 'list' (opts.state: \"delayed\", \"running\" or \"dead\" expected, got done)",
+                    q.list, q, { state = "done" })
+      assert_raises("bad argument #1 to 'list' (opts.count: integer >= 1 expected, got 0)", q.list, q, { count = 0 })
+      assert_raises("bad argument #1 to 'list' (opts.from: integer >= 0 expected, got 1.5)", q.list, q, { from = 1.5 })
+      assert_raises("bad argument #1 to 'list' (unknown option 'page')", q.list, q, { page = 1 })
+      assert_raises("bad argument #1 to 'get' (job id expected, got nil)", q.get, q)
+      timer:stop()
+    end)
+  end)
+
+  describe("reschedule and promote", function()
+    it("move a delayed job's due time; an unknown id is false", function()
+      local q, timer = new_queue()
+      local ran = record_runs(q, "x")
+      local id = assert(q:schedule("x", 3600, "moved"))
+      local at = redis_time() + 7200
+      assert.is_true(q:reschedule(id, nil, { at = at }))
+      assert.is_true(math.abs(q:get(id).due - at) < 1e-5)
+      assert.is_true(q:reschedule(id, 120))
+      assert.is_true(q:get(id).due < at - 3600)
+      assert.is_false(q:reschedule("no such job", 1))
+      assert.is_false(q:promote("no such job"))
+      assert(q:start())
+      assert.is_true(q:promote(id))
+      run_until(timer, function() return #ran == 1 and settled(q) end)
+      assert.equals("moved", ran[1].payload)
+      assert.is_false(q:promote(id))              -- it ran: gone
+      assert_raises("bad argument #2 to 'reschedule' (nil expected with opts.at, got number)",
+                    q.reschedule, q, id, 1, { at = 1 })
+      assert_raises("bad argument #3 to 'reschedule' (unknown option 'delay')", q.reschedule, q, id, 1, { delay = 1 })
+      timer:stop()
+    end)
+  end)
+end)
