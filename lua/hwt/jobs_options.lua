@@ -87,12 +87,15 @@ local function name_arg(name, fname)
   if problem then checks.arg_error(fname, 1, problem) end
 end
 
+-- Whether `value` is a finite number >= 0, or a string of one.
+local function is_time(value)
+  local seconds = tonumber(value)
+  return type(value) ~= "boolean" and seconds ~= nil and seconds == seconds and seconds >= 0 and seconds ~= huge
+end
+
 -- The problem with a number of seconds (a delay), or nil.
 local function seconds_problem(value)
-  local seconds = tonumber(value)
-  if type(value) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
-    return "finite number of seconds >= 0 expected, got " .. tostring(value)
-  end
+  if not is_time(value) then return "finite number of seconds >= 0 expected, got " .. tostring(value) end
 end
 
 local function seconds_arg(value, fname, n)
@@ -103,10 +106,7 @@ end
 
 -- The problem with a due time (Unix seconds, on the Redis server's clock), or nil.
 local function at_problem(value)
-  local seconds = tonumber(value)
-  if type(value) == "boolean" or not seconds or seconds ~= seconds or seconds < 0 or seconds == huge then
-    return "finite Unix time in seconds >= 0 expected, got " .. tostring(value)
-  end
+  if not is_time(value) then return "finite Unix time in seconds >= 0 expected, got " .. tostring(value) end
 end
 
 -- The problem with a caller's job id, or nil: a string with a non-digit
