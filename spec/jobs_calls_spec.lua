@@ -1,9 +1,13 @@
 -- hwt.jobs' calls of hwt 0.3 against a real redis-server started on
 -- 127.0.0.1 for this file: schedule_many (all or nothing, ids, a retry
 -- after "unknown"), opts.at (a due time on the Redis clock), get, list,
--- counts, reschedule and promote.
+-- counts, reschedule and promote; the wake messages and a plain worker
+-- (q:run_for) that listens for them.
 package.path = "test/host/?.lua;" .. package.path
+local hwt = require("hwt")
+local listen = require("hwt.jobs_listen")
 local redis_server = require("redis_server")
+local socket = require("socket")
 local assert_raises = require("support").assert_raises
 local js = require("jobs_support")
 local new_queue, run_until, settled, redis_count, stall = js.new_queue, js.run_until, js.settled, js.redis_count, js.stall
@@ -264,6 +268,87 @@ describe("hwt.jobs 0.3 calls", function()
                     q.reschedule, q, id, 1, { at = 1 })
       assert_raises("bad argument #3 to 'reschedule' (unknown option 'delay')", q.reschedule, q, id, 1, { delay = 1 })
       timer:stop()
+    end)
+  end)
+  describe("waking idle workers", function()
+    -- A connection subscribed to the queue's wake channel: a function that
+    -- gives the messages (seconds until due) that came within `seconds`.
+    local function subscriber(key)
+      local sock = assert(socket.connect("127.0.0.1", server.port))
+      local channel = "{" .. key .. "}:wake"
+      assert(sock:send(("*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n"):format(#channel, channel)))
+      local buffer = ""
+      return function(seconds)
+        local messages, deadline = {}, socket.gettime() + seconds
+        repeat
+          sock:settimeout(math.max(0, deadline - socket.gettime()))
+          local data, _, partial = sock:receive(1)
+          buffer = buffer .. (data or partial or "")
+          local values, rest = listen.values(buffer)
+          buffer = rest
+          for _, value in ipairs(values) do
+            if value[1] == "message" then messages[#messages + 1] = tonumber(value[3]) / 1e6 end
+          end
+        until socket.gettime() >= deadline
+        return messages
+      end, function() sock:close() end
+    end
+
+    it("a job is announced when it falls due before every other, and only then", function()
+      local q, timer, _, key = new_queue()
+      local messages, close = subscriber(key)
+      assert.same({}, messages(0.1))                                    -- subscribed, nothing yet
+      assert(q:schedule("x", 60, nil, { id = "a" }))
+      local first = messages(0.1)
+      assert.equals(1, #first)
+      assert.is_true(first[1] > 59 and first[1] <= 60)
+      assert(q:schedule("x", 120, nil, { id = "later" }))
+      assert.same({}, messages(0.1))                                    -- behind "a": nothing
+      assert(q:schedule_many({ { name = "x", delay = 90 }, { name = "x", delay = 30 } }))
+      assert.equals(1, #messages(0.1))                                  -- one for the batch's earliest
+      assert.is_true(q:reschedule("later", 10))
+      assert.equals(1, #messages(0.1))
+      assert.is_true(q:reschedule("later", 500))
+      assert.same({}, messages(0.1))                                    -- moved back: nothing
+      assert.is_true(q:promote("a"))
+      local promoted = messages(0.1)
+      assert.equals(1, #promoted)
+      assert.is_true(promoted[1] <= 0.001)
+      close()
+      timer:stop()
+    end)
+
+    it("q:run_for: an idle worker hears of a job that another process schedules, before its next round", function()
+      local q, timer, _, key = new_queue({ poll_interval = 30 })
+      local ran = record_runs(q, "x")
+      assert(q:start())
+      q:run_for(0.2)                              -- its first round, and its listener
+      local other = new_queue({ key = key })      -- another process: a queue object of its own
+      assert(other:schedule("x", 0.1, "soon"))
+      local started = hwt.now()
+      while #ran == 0 and hwt.now() - started < 10 do q:run_for(0.05) end
+      assert.equals(1, #ran)                      -- without the listener: at its next round, 30 s on
+      assert.equals("soon", ran[1].payload)
+      q:stop()
+      timer:stop()
+    end)
+
+    it("q:run_for raises for a timer a host drives, or one on the manual clock", function()
+      local q = new_queue({ timer = hwt.new({ clock = "manual" }) })
+      assert_raises("the timer has a manual clock", q.run_for, q, 1)
+      assert_raises("bad argument #1 to 'run_for' (finite number of seconds >= 0", q.run_for, q, -1)
+    end)
+  end)
+
+  describe("RESP (hwt.jobs_listen.values)", function()
+    it("reads whole values, keeps a partial one for later, and refuses what is not RESP", function()
+      local values, rest = listen.values("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\n500\r\n:1\r\n+OK\r\n*2\r\n$3\r\nab")
+      assert.same({ { "message", "ch", "500" }, 1, "OK" }, values)
+      assert.equals("*2\r\n$3\r\nab", rest)
+      local more, left = listen.values(rest .. "c\r\n$-1\r\n")
+      assert.same({ { "abc", "" } }, more)
+      assert.equals("", left)
+      assert.is_nil((listen.values("?what\r\n")))
     end)
   end)
 end)

@@ -176,6 +176,29 @@ function host.stop_driving(self, timer)
   if timer ~= nil then cqueues.cancel(self.fd) end
 end
 
+-- hwt.jobs' listener: a coroutine on the driver's controller that waits
+-- for its socket to turn readable. Stopping takes the socket's descriptor
+-- out of every controller (cqueues.cancel), as cqueues requires before it
+-- is closed.
+function host.hooks_of(self)
+  local controller = self.controller
+  return {
+    watch = function(socket, on_readable)
+      local fd, watching = socket:getfd(), true
+      assert(controller:wrap(function()
+        while watching do
+          cqueues.poll({ pollfd = fd, events = "r" })
+          if watching then on_readable() end
+        end
+      end))
+      return function()
+        watching = false
+        cqueues.cancel(fd)
+      end
+    end,
+  }
+end
+
 local Driver = drivers.class(host)
 
 -- Raises unless `controller` is one (argument 2 in the older form, else

@@ -30,7 +30,17 @@
 --   hooks (optional)            what the host does in hwt's place:
 --                                  sleep(seconds) for timer:sleep(), report(err)
 --                                  for a task error on a timer with no
---                                  on_error. They must not refer to the timer.
+--                                  on_error; and what it offers hwt.jobs'
+--                                  listener: watch(socket, on_readable) ->
+--                                  a function that stops watching (the
+--                                  host's loop calls on_readable while the
+--                                  LuaSocket socket is readable), or
+--                                  thread(fn) (runs fn in a thread where the
+--                                  host's sockets work) with exiting() (true
+--                                  once the host shuts down). They must not
+--                                  refer to the timer;
+--   hooks_of(driver) (optional) the hooks, made for one driver (a host whose
+--                                  hooks need the driver's own fields).
 -- A driver refers to its timer weakly (driver.ref.timer): the timer holds
 -- the driver (its watcher) in a place Lua treats as a root while the timer
 -- runs, so a strong reference back would make the timer immortal. A host
@@ -133,7 +143,7 @@ function M.attach(class, timer, driver)
       error(err, 0)
     end
   end
-  attached[timer] = host.hooks or NO_HOOKS
+  attached[timer] = host.hooks_of and host.hooks_of(driver) or host.hooks or NO_HOOKS
   timer:on_earlier(driver.on_earlier)
   local started, err = host.start(driver, timer)
   if not started then

@@ -21,6 +21,7 @@
 -- hwt.jobs_client (the adapter to a Redis client), hwt.jobs_worker (the
 -- worker's rounds), hwt.jobs_report (where errors go).
 local checks = require("hwt.checks")
+local drivers = require("hwt.driver")
 local client = require("hwt.jobs_client")
 local format = require("hwt.jobs_format")
 local options = require("hwt.jobs_options")
@@ -244,6 +245,34 @@ function Queue:start()
   end
   if self.timer:is_stopped() then error("hwt.jobs: timer is stopped", 2) end
   return worker.start(self)
+end
+
+-- Runs the queue's timer for `seconds`, as timer:run_for(seconds) does,
+-- in a plain Lua worker process (one whose timer no host driver drives):
+-- while nothing is due it waits for the timer and for the queue's listener
+-- together, so that a job another process schedules, due before every job
+-- this worker knew of, is heard of at once rather than at the next round.
+-- Returns how many of the timer's tasks ran.
+function Queue:run_for(seconds)
+  check_queue(self, "run_for")
+  seconds = seconds_arg(seconds, "run_for", 1)
+  if drivers.hooks_of(self.timer) then
+    error("hwt.jobs: the timer has a host driver: its host's loop runs the queue", 2)
+  end
+  if self.timer:stats().clock == "manual" then
+    error("hwt.jobs: the timer has a manual clock: drive it with advance()", 2)
+  end
+  self.run_by_queue = true
+  local timer = self.timer
+  local deadline, ran = timer:now() + seconds, 0
+  while true do
+    ran = ran + timer:poll()
+    local left = deadline - timer:now()
+    if left <= 0 then return ran end
+    local due_in = timer:next_due()
+    local wait = due_in and math.min(due_in, left) or left
+    if wait > 0 then worker.wait(self, wait) end
+  end
 end
 
 -- Stops claiming. Running handlers finish and their outcomes reach Redis;

@@ -13,6 +13,7 @@
 --   {key}:errors  hash, id -> its last error
 --   {key}:dead    sorted set, id -> when it was dead-lettered
 --   {key}:seq     counter for ids and claim tokens
+-- and the Pub/Sub channel {key}:wake (see WAKE).
 -- The scripts run in Redis (Lua 5.1 there). Each begins with PRELUDE:
 -- the time (string.format("%.0f") keeps all the digits of a microsecond
 -- time, which tostring() would round), and a check of every key's type.
@@ -31,6 +32,23 @@ for _, key in ipairs(KEYS) do
   local held, wanted = redis.call('TYPE', key).ok, TYPES[string.match(key, '[^:]+$')]
   if held ~= 'none' and held ~= wanted then
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. held .. ', not a ' .. wanted)
+  end
+end
+]]
+
+-- Wakes the idle workers (hwt.jobs_listen) when a job written now falls
+-- due before every job in the due set: what a worker knows of is that
+-- set's earliest, as of its last round. The message is how long until the
+-- job is due, in µs, on the channel "{key}:wake" (KEYS[1] is "{key}:due").
+-- Each script that writes a due time calls earliest_due() first.
+local WAKE = [[
+local function earliest_due()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or nil
+end
+local function wake_for(due_at, earliest_before)
+  if earliest_before == nil or due_at < earliest_before then
+    redis.call('PUBLISH', (string.gsub(KEYS[1], ':due$', ':wake')), score(math.max(0, due_at - now)))
   end
 end
 ]]
@@ -67,9 +85,10 @@ end
 -- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
 -- replace a job of that id, its due time (µs; '': use the delay). Answers
 -- { id, written (1 or 0), µs until it is due (0 when it is) }.
-local SCHEDULE = PRELUDE .. WRITE_JOB .. [[
-local due_at = due_time(ARGV[2], ARGV[5])
+local SCHEDULE = PRELUDE .. WAKE .. WRITE_JOB .. [[
+local due_at, earliest_before = due_time(ARGV[2], ARGV[5]), earliest_due()
 local id, written = write_job(ARGV[3], ARGV[1], due_at, ARGV[4] == '1')
+if written == 1 then wake_for(due_at, earliest_before) end
 return answer({ id, written, score(math.max(0, due_at - now)) })
 ]]
 
@@ -78,7 +97,7 @@ return answer({ id, written, score(math.max(0, due_at - now)) })
 -- written as SCHEDULE writes it, in the list's order (an id twice: the
 -- second finds the first). Answers { ids, how many were written, µs until
 -- the earliest written one is due (-1: none written) }.
-local SCHEDULE_MANY = PRELUDE .. WRITE_JOB .. [[
+local SCHEDULE_MANY = PRELUDE .. WAKE .. WRITE_JOB .. [[
 local ok, list = pcall(cjson.decode, ARGV[1])
 if not ok or type(list) ~= 'table' then return redis.error_reply('ERR hwt.jobs: a malformed batch') end
 for i, job in ipairs(list) do
@@ -91,6 +110,7 @@ for i, job in ipairs(list) do
   end
 end
 local ids, written, earliest = {}, 0, nil
+local earliest_before = earliest_due()
 for i, job in ipairs(list) do
   local due_at = due_time(job[3], job[4])
   local id, wrote = write_job(job[1], job[2], due_at, job[5] == '1')
@@ -100,6 +120,7 @@ for i, job in ipairs(list) do
     if not earliest or due_at < earliest then earliest = due_at end
   end
 end
+if earliest then wake_for(earliest, earliest_before) end
 return answer({ ids, written, earliest and score(math.max(0, earliest - now)) or '-1' })
 ]]
 
@@ -180,11 +201,13 @@ end
 return answer(out)
 ]]
 
-local REQUEUE = PRELUDE .. [[
+local REQUEUE = PRELUDE .. WAKE .. [[
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return answer(0) end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[1], score(now + tonumber(ARGV[2])), ARGV[1])
+local due_at, earliest_before = now + tonumber(ARGV[2]), earliest_due()
+redis.call('ZADD', KEYS[1], score(due_at), ARGV[1])
+wake_for(due_at, earliest_before)
 return answer(1)
 ]]
 
@@ -266,12 +289,13 @@ return answer({ redis.call('ZCARD', due) - running, running, redis.call('ZCARD',
 -- ARGV: an id, a delay (µs), a due time (µs; '': use the delay). A job
 -- that is delayed (not claimed, not dead) gets the new due time. Answers
 -- { 1, µs until it is due }, or { 0 } when it was not delayed.
-local RESCHEDULE = PRELUDE .. [[
+local RESCHEDULE = PRELUDE .. WAKE .. [[
 local due, claims = unpack(KEYS)
 local id = ARGV[1]
 if redis.call('HEXISTS', claims, id) == 1 or not redis.call('ZSCORE', due, id) then return answer({ 0 }) end
-local due_at = ARGV[3] ~= '' and tonumber(ARGV[3]) or now + tonumber(ARGV[2])
+local due_at, earliest_before = ARGV[3] ~= '' and tonumber(ARGV[3]) or now + tonumber(ARGV[2]), earliest_due()
 redis.call('ZADD', due, score(due_at), id)
+wake_for(due_at, earliest_before)
 return answer({ 1, score(math.max(0, due_at - now)) })
 ]]
 
@@ -289,6 +313,7 @@ function M.keys(key)
     k[name] = slot .. name
   end
   return {
+    wake_channel = slot .. "wake",      -- a Pub/Sub channel, not a key (see WAKE)
     schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead },
     read = { k.due, k.jobs, k.claims, k.tries, k.dead, k.errors },
     counts = { k.due, k.claims, k.dead },

@@ -5,8 +5,10 @@
 -- next. A claim is a lease: a job whose outcome does not reach Redis within
 -- `lease` seconds is due again, for any worker.
 local backoff = require("hwt.backoff")
+local drivers = require("hwt.driver")
 local client = require("hwt.jobs_client")
 local format = require("hwt.jobs_format")
+local listen = require("hwt.jobs_listen")
 local report = require("hwt.jobs_report").report
 local scripts = require("hwt.jobs_scripts")
 
@@ -46,6 +48,7 @@ function arm(q, delay)
   local ok, armed, refusal = pcall(rearm, q, delay)
   if not ok then
     q.wake, q.stopped = nil, true         -- the timer stopped: so does the queue
+    if q.listener then q.listener:close() end
   elseif not armed then
     q.wake_at = huge
     report(q, "hwt.jobs: cannot arm the wake-up: " .. tostring(refusal))
@@ -160,7 +163,41 @@ end
 
 -- One round trip: settle `sending` (outcomes), claim what is due and there
 -- is room for, learn when to ask next.
+-- A message of the queue's listener: a job falls due `seconds` from now,
+-- before every job this worker knew of.
+local function heard(q, seconds)
+  if q.wake and not q.stopped then arm(q, seconds) end
+end
+
+-- Starts a listener (hwt.jobs_listen) where none is open and one can be:
+-- the timer's host driver watches sockets or runs threads, or the worker
+-- runs in q:run_for(). Called before a round asks Redis, so that a job
+-- written after the round's answer is heard of. A failed start is tried
+-- again after poll_interval.
+local function ensure_listener(q)
+  if q.stopped or q.listener and q.listener:is_open() then return end
+  local now = q.timer:now()
+  if q.listen_again_at and now < q.listen_again_at then return end
+  q.listen_again_at = now + q.poll_interval
+  local on_message = function(seconds) heard(q, seconds) end
+  local hooks = drivers.hooks_of(q.timer)
+  if hooks and (hooks.watch or hooks.thread) then
+    q.listener = listen.open_hosted(q, hooks, on_message)
+  elseif q.run_by_queue then
+    q.listener = listen.open_socket(q, on_message)
+  end
+end
+
+-- Seconds between the idle rounds: longer while a listener is open.
+local function idle_interval(q)
+  if q.listener and q.listener:is_open() then
+    return math.max(q.poll_interval, listen.LISTENING_POLL_INTERVAL)
+  end
+  return q.poll_interval
+end
+
 local function pump_once(q, sending)
+  ensure_listener(q)
   local room = q.stopped and 0 or q.concurrency - q.running
   local args = { room, micro(q.lease), #sending }
   for _, fields in ipairs(sending) do
@@ -183,10 +220,10 @@ local function pump_once(q, sending)
     if #q.outcomes > 0 then arm(q, 0) end
     return
   end
-  local next_in = tonumber(reply[3])
-  local wait = next_in < 0 and q.poll_interval or math.min(next_in / MICRO, q.poll_interval)
+  local next_in, interval = tonumber(reply[3]), idle_interval(q)
+  local wait = next_in < 0 and interval or math.min(next_in / MICRO, interval)
   if q.running >= q.concurrency then
-    wait = q.poll_interval      -- a job that finishes arms an earlier wake
+    wait = interval             -- a job that finishes arms an earlier wake
   end
   arm(q, wait)
 end
@@ -233,6 +270,7 @@ end
 -- Stops claiming; the wake goes on while outcomes wait for Redis.
 function M.stop(q)
   q.stopped = true
+  if q.listener then q.listener:close() end
   if q.wake and #q.outcomes == 0 and q.running == 0 then
     q.wake:cancel()
     q.wake_at = huge
@@ -240,8 +278,18 @@ function M.stop(q)
 end
 
 -- A job scheduled `seconds` ahead by this process: the wake comes no later.
-function M.scheduled(q, seconds)
-  if q.wake and not q.stopped then arm(q, seconds) end
+M.scheduled = heard
+
+-- Waits up to `seconds` for the queue's listener (reading what it hears),
+-- or for the timer; for q:run_for().
+function M.wait(q, seconds)
+  local listener = q.listener
+  if listener and listener:is_open() then
+    local readable = require("socket").select({ listener.socket }, nil, seconds)
+    if readable and readable[1] then listener:read() end
+  else
+    q.timer:wait(seconds)
+  end
 end
 
 return M

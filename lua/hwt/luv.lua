@@ -199,6 +199,17 @@ function host.stop_driving(self)
   go_idle(self)
 end
 
+-- hwt.jobs' listener: a poll handle on its socket, on luv's default loop.
+host.hooks = {
+  watch = function(socket, on_readable)
+    local poll = assert(uv.new_poll(socket:getfd()))
+    assert(poll:start("r", function() on_readable() end))
+    return function()
+      if not poll:is_closing() then poll:close() end
+    end
+  end,
+}
+
 local Driver = drivers.class(host)
 
 -- attach(timer [, opts]) -> driver, or nil and a message (see above).

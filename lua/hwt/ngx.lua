@@ -81,10 +81,53 @@ end
 -- The host's part of the skeleton (hwt.driver).
 local host = {}
 
+-- ---- hwt.jobs' listeners: light threads that read a cosocket ---------------
+
+local ngx_semaphore                 -- lua-resty-core's, once an attach loaded it
+
+-- Each listener's semaphore, posted to end it: by its stop(), by the exit
+-- of a driver (the worker shuts down), or when its thread returns.
+local listeners = {}
+
+-- How often a waiting listener checks that the worker is not exiting (in
+-- case no driver's exit posts it: its timer was detached first).
+local LISTENER_CHECK = 60
+
+-- Runs fn (a loop reading a cosocket) in a light thread of a timer of its
+-- own; returns stop(). The timer waits on a semaphore, not on fn, so that
+-- it can end fn's thread wherever it waits: the read has no timeout to
+-- keep it short (nginx logs each timeout as an error).
+local function listener_thread(fn)
+  local stopping = ngx_semaphore.new(0)
+  local function run(premature)
+    if premature then return end
+    listeners[stopping] = true
+    local reader = ngx.thread.spawn(function()
+      fn()
+      stopping:post(1)
+    end)
+    while listeners[stopping] and not ngx.worker.exiting() do
+      if stopping:wait(LISTENER_CHECK) then break end
+    end
+    listeners[stopping] = nil
+    ngx.thread.kill(reader)
+  end
+  local ok, err = ngx.timer.at(0, run)
+  if not ok then error(err, 0) end
+  return function()
+    if listeners[stopping] then stopping:post(1) end
+  end
+end
+
+local function stop_listeners()
+  for stopping in pairs(listeners) do stopping:post(1) end
+end
+
 -- What nginx does in hwt's place: they refer to no timer.
 host.hooks = {
   sleep = function(seconds) ngx.sleep(seconds) end,
   report = function(_, err) ngx.log(ngx.ERR, "hwt: timer task failed: ", tostring(err)) end,
+  thread = listener_thread,
 }
 
 -- ---- the watch: a light thread that sees wakes nginx dropped -----------------
@@ -270,6 +313,7 @@ function exit(driver)
   if driver.exited then return end
   driver.exited = true
   driver.watch.semaphore:post(1)   -- the watch ends: nginx waits for it
+  stop_listeners()                 -- and so do hwt.jobs' listeners
   drivers.release(driver.timer)
   local never_ran = driver.timer:stop()
   if driver.on_exit then
@@ -340,6 +384,7 @@ local function load_host()
   end
   local ok, semaphore = pcall(require, "ngx.semaphore")
   if not ok then return nil, "hwt.ngx needs lua-resty-core's ngx.semaphore: " .. tostring(semaphore) end
+  ngx_semaphore = semaphore
   return semaphore
 end
 

@@ -8,6 +8,9 @@
 #   1. jobs scheduled by Lua 5.4 run in nginx, each once, none early;
 #   2. jobs scheduled by an nginx request run in a Lua 5.4 worker, likewise;
 #   3. a job cancelled on one side never runs on the other;
+#   3c. jobs scheduled by Lua 5.4 into a queue whose nginx workers ask Redis
+#      only every 30 s start on time: each worker's listener (a light thread
+#      SUBSCRIBEd through lua-resty-redis) hears of them;
 #   4. through lua-resty-redis, an error reply is "refused", a reply that
 #      comes after the client's timeout "unknown", and a retry with the
 #      request's opts.id writes the job once;
@@ -126,6 +129,13 @@ expect_eq "Lua 5.4 schedules 200 jobs due over 1 s, and 5 it cancels at once (ca
   "scheduled 200, cancelled 5" "$(plain schedule "$redis_port" 200 1 5)"
 verified "nginx ran them (a cosocket RPUSH in each), not the 5 cancelled" to_nginx \
   "ran 200 of 200 once, missing 0, duplicates 0, cancelled 5 (ran 0), unexpected 0, early 0, left due 0 claims 0 dead 0" 8
+
+# ---- 3c: the listener: nginx's workers poll every 30 s, the jobs start on time ----
+nap 1                                       # each worker's first round, and its listener
+expect_eq "Lua 5.4 schedules 20 jobs due over 0.5 s into a queue nginx polls every 30 s" \
+  "scheduled 20, cancelled 0" "$(plain schedule "$redis_port" 20 0.5 0 to_listening)"
+verified "nginx ran them, heard of through its listeners" to_listening \
+  "ran 20 of 20 once, missing 0, duplicates 0, cancelled 0 (ran 0), unexpected 0, early 0, left due 0 claims 0 dead 0" 8
 
 # ---- 2 and 3a: nginx schedules, Lua 5.4 runs ----------------------------------
 plain work "$redis_port" 5 >"$prefix/work.out" 2>&1 &

@@ -56,9 +56,9 @@ local function record(payload, job)
   return rpush(common.lists(common.TO_NGINX).runs, line)
 end
 
-local function queue(timer, key, connect_to_redis)
+local function queue(timer, key, connect_to_redis, poll_interval)
   return jobs.redis { timer = timer, key = key, connect = connect_to_redis or connect, release = release,
-                      poll_interval = 0.2, on_error = log_error("jobs " .. key .. ": ") }
+                      poll_interval = poll_interval or 0.2, on_error = log_error("jobs " .. key .. ": ") }
 end
 
 function M.init_worker(port)
@@ -71,6 +71,15 @@ function M.init_worker(port)
   local runner = queue(timer, common.TO_NGINX)
   runner:handle("record", record)
   assert(runner:start())
+  -- Rounds 30 s apart: its jobs start on time only through its listener.
+  local listening = queue(timer, common.TO_LISTENING, nil, 30)
+  listening:handle("record", function(payload, job)
+    local start = now_us()
+    ngx.update_time()
+    local line = common.record(job, payload, start, ngx.now() * 1000, ngx.worker.pid())
+    return rpush(common.lists(common.TO_LISTENING).runs, line)
+  end)
+  assert(listening:start())
   to_plain = queue(timer, common.TO_PLAIN)
 end
 

@@ -5,6 +5,7 @@ local M = {}
 
 M.TO_NGINX = "jobs_test:to_nginx"   -- plain Lua schedules, nginx runs
 M.TO_PLAIN = "jobs_test:to_plain"   -- nginx schedules, plain Lua runs
+M.TO_LISTENING = "jobs_test:to_listening"   -- plain Lua schedules, nginx runs, polling every 30 s
 
 -- The test's bookkeeping, beside the queue's own keys.
 function M.lists(key)

@@ -18,10 +18,11 @@ local function queue(timer, key)
   return jobs.redis { timer = timer, key = key, connect = connect, poll_interval = 0.2 }
 end
 
--- N jobs due over [0, spread), then CANCEL more that are cancelled at once.
-local function schedule(n, spread, cancel)
-  local q = queue(hwt.new(), common.TO_NGINX)
-  local lists, red = common.lists(common.TO_NGINX), connect()
+-- N jobs due over [0, spread), then CANCEL more that are cancelled at once,
+-- into `key` (TO_NGINX or TO_LISTENING).
+local function schedule(n, spread, cancel, key)
+  local q = queue(hwt.new(), key)
+  local lists, red = common.lists(key), connect()
   local function add(i, delay)
     local id = assert(q:schedule("record", delay, common.payload(i, delay, now_us())))
     red:rpush(lists.expected, id)
@@ -75,7 +76,7 @@ end
 -- Line 1 must read as the script expects; line 2 is lateness and workers;
 -- then a line per problem found.
 local function verify(which)
-  local key = common[which == "to_nginx" and "TO_NGINX" or "TO_PLAIN"]
+  local key = common[which:upper()]
   local red, lists = connect(), common.lists(key)
   local expected = red:lrange(lists.expected, 0, -1)
   local cancelled = set_of(red:lrange(lists.cancelled, 0, -1))
@@ -120,7 +121,7 @@ local function verify(which)
 end
 
 if command == "schedule" then
-  schedule(tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5]))
+  schedule(tonumber(arg[3]), tonumber(arg[4]), tonumber(arg[5]), common[(arg[6] or "to_nginx"):upper()])
 elseif command == "work" then
   work(tonumber(arg[3]))
 elseif command == "verify" then
