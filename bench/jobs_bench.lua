@@ -114,19 +114,19 @@ local function worker(args)
     q:handle("job", handler)
     schedule_one = function(delay, payload) assert(q:schedule("job", delay, payload)) end
     assert(q:start())
-    timer:run_for(SLICE)                  -- the first pump has been made
+    q:run_for(SLICE)                      -- the first pump has been made, the listener opened
     touch(dir .. "/ready." .. name)
     sched_base = gettime()
-    while not should_stop() do
+    while not should_stop() do            -- q:run_for: a plain worker's loop, which listens
       if mode == "self" and scheduled < count then
         schedule_due_ones()
-        timer:run_for(0.002)
+        q:run_for(0.002)
       else
-        timer:run_for(SLICE)
+        q:run_for(SLICE)
       end
     end
     q:stop()
-    timer:run_for(0.1)                    -- outcomes reach Redis
+    q:run_for(0.1)                        -- outcomes reach Redis
   else
     local client = connect(port)
     schedule_one = function(delay, payload) peer_schedule(client, key, delay, payload, name .. ":") end
