@@ -333,6 +333,28 @@ describe("hwt.jobs 0.3 calls", function()
       timer:stop()
     end)
 
+    it("q:run_for with a client it cannot listen through: reported once, and the worker goes on", function()
+      local q, timer, errors = new_queue({ connect = function()
+        local client = js.connect_to()          -- redis-lua, its socket hidden
+        return setmetatable({}, { __index = function(_, name)
+          local value = name ~= "network" and client[name] or nil
+          if type(value) ~= "function" then return value end
+          return function(_, ...) return value(client, ...) end
+        end })
+      end })
+      local ran = record_runs(q, "x")
+      assert(q:start())
+      assert(q:schedule("x", 0.05, "mine"))
+      local started = hwt.now()
+      while #ran == 0 and hwt.now() - started < 5 do q:run_for(0.05) end
+      q:run_for(0.3)
+      assert.equals(1, #ran)
+      assert.equals(1, #errors)
+      assert.matches("cannot listen for jobs other processes schedule %(the client has no LuaSocket socket", errors[1].err)
+      q:stop()
+      timer:stop()
+    end)
+
     it("q:run_for raises for a timer a host drives, or one on the manual clock", function()
       local q = new_queue({ timer = hwt.new({ clock = "manual" }) })
       assert_raises("the timer has a manual clock", q.run_for, q, 1)

@@ -161,8 +161,6 @@ local function back_off(q)
   arm(q, backoff.grow(FIRST_RECONNECT_WAIT, 2, q.failures, q.poll_interval))
 end
 
--- One round trip: settle `sending` (outcomes), claim what is due and there
--- is room for, learn when to ask next.
 -- A message of the queue's listener: a job falls due `seconds` from now,
 -- before every job this worker knew of.
 local function heard(q, seconds)
@@ -173,7 +171,8 @@ end
 -- the timer's host driver watches sockets or runs threads, or the worker
 -- runs in q:run_for(). Called before a round asks Redis, so that a job
 -- written after the round's answer is heard of. A failed start is tried
--- again after poll_interval.
+-- again after poll_interval; the first failure of a queue is reported
+-- (the worker then goes on, asking every poll_interval).
 local function ensure_listener(q)
   if q.stopped or q.listener and q.listener:is_open() then return end
   local now = q.timer:now()
@@ -181,10 +180,19 @@ local function ensure_listener(q)
   q.listen_again_at = now + q.poll_interval
   local on_message = function(seconds) heard(q, seconds) end
   local hooks = drivers.hooks_of(q.timer)
+  local listener, err
   if hooks and (hooks.watch or hooks.thread) then
-    q.listener = listen.open_hosted(q, hooks, on_message)
+    listener, err = listen.open_hosted(q, hooks, on_message)
   elseif q.run_by_queue then
-    q.listener = listen.open_socket(q, on_message)
+    listener, err = listen.open_socket(q, on_message)
+  else
+    return
+  end
+  q.listener = listener
+  if not listener and not q.listen_failed then
+    q.listen_failed = true
+    report(q, "hwt.jobs: cannot listen for jobs other processes schedule (" .. tostring(err)
+      .. "): asking Redis every poll_interval instead")
   end
 end
 
@@ -196,6 +204,8 @@ local function idle_interval(q)
   return q.poll_interval
 end
 
+-- One round trip: settle `sending` (outcomes), claim what is due and there
+-- is room for, learn when to ask next.
 local function pump_once(q, sending)
   ensure_listener(q)
   local room = q.stopped and 0 or q.concurrency - q.running
