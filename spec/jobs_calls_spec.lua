@@ -36,7 +36,7 @@ end
 
 local function slot_of(key) return "{" .. key .. "}:" end
 
-describe("hwt.jobs 0.3 calls", function()
+describe("hwt.jobs 0.3 calls #redis", function()
   lazy_setup(function()
     server = redis_server.start()
     js.use(server)

@@ -28,7 +28,7 @@ local function worker_and_job(timer)
   return q, function() return ran end, schedule, errors
 end
 
-describe("hwt.jobs' listener in event loops", function()
+describe("hwt.jobs' listener in event loops #redis", function()
   lazy_setup(function()
     server = redis_server.start()
     js.use(server)

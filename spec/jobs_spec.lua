@@ -40,7 +40,7 @@ local function connect_corrupting_once(on)
   end
 end
 
-describe("hwt.jobs", function()
+describe("hwt.jobs #redis", function()
   lazy_setup(function()
     server = redis_server.start()
     js.use(server)
