@@ -143,26 +143,34 @@ local function subscribe_socket(connect, channel)
   end
   socket:settimeout(SUBSCRIBE_TIMEOUT)
   local sent, send_err = socket:send(subscribe_command(channel))
+  socket:settimeout(0)                                 -- reads take what has come
   local listener = setmetatable({ client = client, socket = socket, channel = channel, buffer = "" }, Listener)
   if not sent then
     listener:close()
     return nil, "SUBSCRIBE: " .. tostring(send_err)
   end
   -- The confirmation: *3 subscribe <channel> <count>.
+  local select, gettime = require("socket").select, require("socket").gettime
+  local give_up = gettime() + SUBSCRIBE_TIMEOUT
   while true do
     local values = M.values(listener.buffer)
     local first = values and values[1]
     if type(first) == "table" and first[1] == "subscribe" then break end
+    local left = give_up - gettime()
+    if left <= 0 then
+      listener:close()
+      return nil, "SUBSCRIBE: no confirmation within " .. SUBSCRIBE_TIMEOUT .. " s"
+    end
+    select({ socket }, nil, left)
     local data, receive_err, partial = socket:receive(READ_SIZE)
     listener.buffer = listener.buffer .. (data or partial or "")
-    if receive_err and receive_err ~= "timeout" or receive_err == "timeout" and (partial or "") == "" then
+    if receive_err == "closed" then
       listener:close()
-      return nil, "SUBSCRIBE: " .. tostring(receive_err)
+      return nil, "SUBSCRIBE: the connection closed"
     end
   end
   local _, rest = M.values(listener.buffer)
   listener.buffer = rest
-  socket:settimeout(0)
   return listener
 end
 
