@@ -270,6 +270,124 @@ describe("hwt.jobs 0.3 calls #redis", function()
       timer:stop()
     end)
   end)
+  describe("every (recurring jobs)", function()
+    -- Runs q1 and q2, two workers of one queue, by turns for `seconds`.
+    local function run_both(q1, q2, seconds)
+      local deadline = hwt.now() + seconds
+      while hwt.now() < deadline do
+        q1:run_for(0.01)
+        if q2 then q2:run_for(0.01) end
+      end
+    end
+
+    it("runs each occurrence once across workers, on its interval, until cancelled", function()
+      local q1, t1, errors, key = new_queue()
+      local q2, t2 = new_queue({ key = key })
+      local runs = {}
+      local function handler(payload, job) runs[#runs + 1] = { due = job.due, every = job.every, payload = payload } end
+      q1:handle("tick", handler)
+      q2:handle("tick", handler)
+      local id = assert(q1:every("tick", 0.2, { n = 1 }))
+      assert.equals(0.2, q1:get(id).every)
+      assert.equals(1, q1:counts().recurring)
+      assert(q1:start())
+      assert(q2:start())
+      run_both(q1, q2, 1.1)
+      assert.is_true(#runs >= 3, #runs .. " runs")
+      local seen = {}
+      for _, run in ipairs(runs) do
+        assert.is_nil(seen[run.due], "an occurrence ran twice")
+        seen[run.due] = true
+        assert.equals(0.2, run.every)
+        assert.same({ n = 1 }, run.payload)
+      end
+      assert.is_true(q1:cancel(id))
+      assert.is_false(q1:cancel(id))
+      local after = #runs
+      run_both(q1, q2, 0.5)
+      assert.equals(after, #runs)                -- the series ended
+      assert.equals(0, q1:counts().recurring)
+      assert.same({}, errors)
+      t1:stop()
+      t2:stop()
+    end)
+
+    it("runs the occurrences missed while no worker ran once, not once each", function()
+      local q, timer = new_queue()
+      local runs = 0
+      q:handle("tick", function() runs = runs + 1 end)
+      assert(q:every("tick", 0.1))
+      socket.sleep(0.65)                         -- six occurrences due, no worker
+      assert(q:start())
+      q:run_for(0.05)
+      assert.equals(1, runs)
+      q:stop()
+      timer:stop()
+    end)
+
+    it("reads a cron expression in its time zone: the first occurrence is the next 09:00 in Kolkata", function()
+      local q, timer = new_queue()
+      local id = assert(q:every("report", "0 9 * * *", { daily = true }, { tz = "Asia/Kolkata", id = "daily-report" }))
+      assert.equals("daily-report", id)
+      local job = q:get(id)
+      assert.equals("0 9 * * *", job.every)
+      assert.equals("Asia/Kolkata", job.tz)
+      assert.equals(3.5 * 3600, job.due % 86400)  -- 09:00 IST is 03:30 UTC
+      local now = redis_time()
+      assert.is_true(job.due > now and job.due <= now + 86400)
+      assert.equals(id, q:every("report", "*/5 * * * *", nil, { id = "daily-report" }))   -- exists: unchanged
+      assert.equals("0 9 * * *", q:get(id).every)
+      assert(q:every("report", "*/5 * * * *", nil, { id = "daily-report", replace = true }))
+      assert.equals("*/5 * * * *", q:get(id).every)
+      assert.equals(0, q:get(id).due % 300)
+      assert.is_true(q:cancel(id))
+      timer:stop()
+    end)
+
+    it("a series cancelled by its own running occurrence ends when that run does", function()
+      local q, timer = new_queue()
+      local cancelled
+      q:handle("once", function(_, job) cancelled = q:cancel(job.id) end)
+      local id = assert(q:every("once", 0.05))
+      assert(q:start())
+      run_until(timer, function() return cancelled ~= nil and settled(q) end)
+      assert.is_true(cancelled)
+      assert.is_nil(q:get(id))
+      assert.equals(0, q:counts().recurring)
+      q:stop()
+      timer:stop()
+    end)
+
+    it("an occurrence that fails every retry is reported and given up; the series goes on", function()
+      local q, timer, errors = new_queue({ retry = { retries = 0 } })
+      local runs = 0
+      q:handle("flaky", function() runs = runs + 1; error("down") end)
+      local id = assert(q:every("flaky", 0.1))
+      assert(q:start())
+      run_until(timer, function() return runs >= 3 and settled(q) end)
+      assert.is_true(#errors >= 3)
+      assert.matches("down", errors[1].err)
+      assert.same({}, q:dead())
+      assert.equals(id, q:get(id).id)
+      assert.is_true(q:cancel(id))
+      q:stop()
+      timer:stop()
+    end)
+
+    it("raises on a bad schedule, zone or option", function()
+      local q, timer = new_queue()
+      assert_raises("bad argument #2 to 'every' (4 fields, not 5", q.every, q, "x", "* * * *")
+      assert_raises("bad argument #2 to 'every' (an interval is a finite number of seconds > 0", q.every, q, "x", 0)
+      assert_raises("bad argument #2 to 'every' (the cron expression never runs)", q.every, q, "x", "0 0 31 2 *")
+      assert_raises("bad argument #4 to 'every' (opts.tz: unknown time zone", q.every, q, "x", "* * * * *", nil,
+                    { tz = "Mars/Olympus_Mons" })
+      assert_raises("bad argument #4 to 'every' (unknown option 'at')", q.every, q, "x", 5, nil, { at = 1 })
+      assert_raises("bad argument #1 to 'every' (non-empty string expected", q.every, q, "", 5)
+      assert.equals(0, q:counts().recurring)
+      timer:stop()
+    end)
+  end)
+
   describe("waking idle workers", function()
     -- A connection subscribed to the queue's wake channel: a function that
     -- gives the messages (seconds until due) that came within `seconds`.

@@ -64,6 +64,10 @@ local Queue = {}
 ---@field queue hwt.jobs.Queue
 ---Only in the record `on_error` gets for a malformed job: why it could not be read.
 ---@field malformed? string
+---A recurring job's schedule (`q:every`'s `spec`: a cron expression or seconds).
+---@field every? string|number
+---A recurring job's time zone (`q:every`'s `opts.tz`, default `"UTC"`).
+---@field tz? string
 
 ---What `q:stats()` returns: this worker's counts since `jobs.redis`.
 ---@class hwt.jobs.Stats
@@ -121,6 +125,10 @@ local Queue = {}
 ---@field error? string
 ---When it was dead-lettered (epoch seconds, Redis clock); only for a dead job.
 ---@field dead_at? number
+---A recurring job's schedule: a cron expression or seconds.
+---@field every? string|number
+---A recurring job's time zone.
+---@field tz? string
 
 ---What `q:counts()` returns.
 ---@class hwt.jobs.Counts
@@ -130,7 +138,7 @@ local Queue = {}
 ---@field running integer
 ---Dead-lettered jobs.
 ---@field dead integer
----Recurring series (0 until `q:every` exists).
+---Recurring series (`q:every`).
 ---@field recurring integer
 
 ---A job of `q:schedule_many`'s list: `delay` or `at`, not both.
@@ -174,6 +182,16 @@ function Queue:schedule(name, delay, payload, opts) end
 ---@return string|nil err
 ---@return "refused"|"unknown"|nil kind
 function Queue:schedule_many(list) end
+
+---A recurring job: `spec` is a five-field cron expression (minute hour day-of-month month day-of-week), read in `opts.tz` (an IANA zone from the system's tz database, default `"UTC"`), or an interval in seconds (fixed rate, the first beat one interval from now). One occurrence waits at a time; each runs once across all workers (at least once under a lease); occurrences missed while no worker ran run once, not once each. A local time that does not exist (clocks go forward) runs at the first minute after the gap; one that happens twice (clocks go back) runs once, at the first. An occurrence that fails every retry is reported and given up; the series goes on. Returns its id (`q:cancel(id)` ends the series), or `nil, err, kind`. `opts.id`/`opts.replace` as `schedule`'s.
+---@param name string non-empty
+---@param spec string|number a cron expression, or seconds > 0
+---@param payload? any
+---@param opts? { id?: string, replace?: boolean, tz?: string }
+---@return string|nil id
+---@return string|nil err
+---@return "refused"|"unknown"|nil kind
+function Queue:every(name, spec, payload, opts) end
 
 ---The job `id`, or nil when no job has it; `nil, err, kind` on a Redis failure.
 ---@param id string|integer

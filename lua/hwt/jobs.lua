@@ -22,6 +22,7 @@
 -- worker's rounds), hwt.jobs_report (where errors go).
 local checks = require("hwt.checks")
 local drivers = require("hwt.driver")
+local every = require("hwt.jobs_every")
 local client = require("hwt.jobs_client")
 local format = require("hwt.jobs_format")
 local options = require("hwt.jobs_options")
@@ -130,9 +131,11 @@ local function job_of(codec, row)
   local name, payload = decode(codec, row[2])
   if not name then payload = nil end
   local due, dead_at = tonumber(row[4]), tonumber(row[7])
+  local series = row[8] ~= "" and codec.decode(row[8]) or nil
   return {
     id = row[1], name = name, payload = payload, state = row[3], due = due and due / MICRO,
     attempts = tonumber(row[5]), error = row[6] ~= "" and row[6] or nil, dead_at = dead_at and dead_at / MICRO,
+    every = type(series) == "table" and series.spec or nil, tz = type(series) == "table" and series.tz or nil,
   }
 end
 
@@ -166,7 +169,42 @@ function Queue:counts()
   check_queue(self, "counts")
   local counts, err, kind = eval(self, scripts.counts, self.keys.counts)
   if counts == nil then return nil, err, kind end
-  return { delayed = counts[1], running = counts[2], dead = counts[3], recurring = 0 }
+  return { delayed = counts[1], running = counts[2], dead = counts[3], recurring = counts[4] }
+end
+
+-- A recurring job: `spec` a five-field cron expression (read in opts.tz, an
+-- IANA zone, default "UTC") or an interval in seconds; opts.id, opts.replace
+-- as schedule()'s. Its first occurrence is the first after the Redis
+-- clock's now (two round trips: that clock, then the series). Returns its
+-- id (q:cancel(id) ends the series); or nil, a message and the kind.
+function Queue:every(name, spec, payload, opts)
+  check_queue(self, "every")
+  name_arg(name, "every")
+  local id, replace, tz_name = options.every_options(opts)
+  local schedule, why = every.schedule_of(spec, tz_name)
+  if not schedule then
+    local zone = why:find("time zone", 1, true) ~= nil
+    error(("bad argument #%d to 'every' (%s%s)"):format(zone and 4 or 2, zone and "opts.tz: " or "", why), 2)
+  end
+  local json, json_why = encode(self.codec, name, payload)
+  if not json then
+    error("bad argument #3 to 'every' (JSON-encodable payload expected: " .. json_why .. ")", 2)
+  end
+  local now_us, err, kind = eval(self, scripts.now, self.keys.none)
+  if now_us == nil then return nil, err, kind end
+  local now = tonumber(now_us) / MICRO
+  local first = every.next_after(schedule, now, now)
+  if not first then error("bad argument #2 to 'every' (the cron expression never runs)", 2) end
+  local series = self.codec.encode({ spec = spec, tz = tz_name or "UTC" }, "series")
+  local result
+  result, err, kind = eval(self, scripts.every, self.keys.schedule, json, micro(first), id or "",
+                           replace and "1" or "0", series)
+  if result == nil then return nil, err, kind end
+  if result[2] == 1 then
+    self.tally.scheduled = self.tally.scheduled + 1
+    worker.scheduled(self, tonumber(result[3]) / MICRO)
+  end
+  return tostring(result[1])
 end
 
 -- Moves a delayed job's due time (a delay, or `at`); true if it was delayed

@@ -242,6 +242,21 @@ local function list_options(opts)
   return opts.state or "delayed", opts.from or 0, opts.count or 100
 end
 
+local function string_problem(value)
+  if type(value) ~= "string" then return "string expected, got " .. checks.type_name(value) end
+end
+
+local EVERY_OPTIONS = { id = id_problem, replace = boolean_problem, tz = string_problem }
+
+-- every()'s opts: id, replace (a boolean), tz (or nil), checked.
+local function every_options(opts)
+  local problem = options_problem(opts, EVERY_OPTIONS)
+  if not problem and opts and opts.replace and opts.id == nil then problem = "opts.replace needs opts.id" end
+  if problem then checks.arg_error("every", 4, problem) end
+  opts = opts or {}
+  return opts.id, opts.replace == true, opts.tz
+end
+
 local RESCHEDULE_OPTIONS = { at = at_problem }
 
 -- reschedule()'s opts.at (or nil).
@@ -254,5 +269,5 @@ end
 M.check_options = check_options
 M.name_arg, M.seconds_arg, M.schedule_options, M.id_arg = name_arg, seconds_arg, schedule_options, id_arg
 M.delay_or_at_arg, M.job_list_arg, M.list_options = delay_or_at_arg, job_list_arg, list_options
-M.reschedule_options = reschedule_options
+M.reschedule_options, M.every_options = reschedule_options, every_options
 return M

@@ -13,6 +13,8 @@
 --   {key}:errors  hash, id -> its last error
 --   {key}:dead    sorted set, id -> when it was dead-lettered
 --   {key}:seq     counter for ids and claim tokens
+--   {key}:recurring  hash, id -> the JSON {"spec":..., "tz":...} of a recurring
+--                 series (q:every), whose one waiting occurrence is the job id
 -- and the Pub/Sub channel {key}:wake (see WAKE).
 -- The scripts run in Redis (Lua 5.1 there). Each begins with PRELUDE:
 -- the time (string.format("%.0f") keeps all the digits of a microsecond
@@ -27,7 +29,7 @@ local now = clock[1] * 1000000 + clock[2]
 local function score(us) return string.format('%.0f', us) end
 local function answer(result) return { ARGV[#ARGV], result } end
 local TYPES = { due = 'zset', dead = 'zset', jobs = 'hash', tries = 'hash', claims = 'hash',
-                errors = 'hash', seq = 'string' }
+                errors = 'hash', seq = 'string', recurring = 'hash' }
 for _, key in ipairs(KEYS) do
   local held, wanted = redis.call('TYPE', key).ok, TYPES[string.match(key, '[^:]+$')]
   if held ~= 'none' and held ~= wanted then
@@ -60,7 +62,7 @@ end
 -- delayed, unclaimed (a run in progress no longer settles it), no attempts,
 -- not dead.
 local WRITE_JOB = [[
-local due_key, jobs, seq, claims, tries, errors, dead = unpack(KEYS)
+local due_key, jobs, seq, claims, tries, errors, dead, recurring = unpack(KEYS)
 local function write_job(id, json, due_at, replace)
   if id == '' then
     id = tostring(redis.call('INCR', seq))
@@ -70,6 +72,7 @@ local function write_job(id, json, due_at, replace)
     redis.call('HDEL', tries, id)
     redis.call('HDEL', errors, id)
     redis.call('ZREM', dead, id)
+    redis.call('HDEL', recurring, id)
   end
   redis.call('HSET', jobs, id, json)
   redis.call('ZADD', due_key, score(due_at), id)
@@ -124,24 +127,56 @@ if earliest then wake_for(earliest, earliest_before) end
 return answer({ ids, written, earliest and score(math.max(0, earliest - now)) or '-1' })
 ]]
 
+-- ARGV: the job's JSON, its first due time (µs), its id ('': a new one),
+-- '1' to replace a job of that id, the series' JSON {"spec":..., "tz":...}.
+-- Writes the first occurrence as SCHEDULE writes a job, and the series
+-- beside it. Answers as SCHEDULE.
+local EVERY = PRELUDE .. WAKE .. WRITE_JOB .. [[
+local due_at, earliest_before = tonumber(ARGV[2]), earliest_due()
+local id, written = write_job(ARGV[3], ARGV[1], due_at, ARGV[4] == '1')
+if written == 1 then
+  redis.call('HSET', recurring, id, ARGV[5])
+  wake_for(due_at, earliest_before)
+end
+return answer({ id, written, score(math.max(0, due_at - now)) })
+]]
+
+-- The Redis clock, in µs (q:every computes a series' first occurrence on it).
+local NOW = PRELUDE .. [[
+return answer(score(now))
+]]
+
 -- A claimed job is running somewhere: cancel cannot promise it never runs.
+-- A series is ended whatever its occurrence does: one that runs finishes,
+-- and its outcome then ends the job.
 local CANCEL = PRELUDE .. [[
+local due, jobs, claims, tries, errors, recurring = unpack(KEYS)
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[3], id) == 1 then return answer(0) end
-if redis.call('ZREM', KEYS[1], id) == 0 then return answer(0) end
-redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[4], id)
-redis.call('HDEL', KEYS[5], id)
+local series = redis.call('HDEL', recurring, id) == 1
+if redis.call('HEXISTS', claims, id) == 1 then return answer(series and 1 or 0) end
+if redis.call('ZREM', due, id) == 0 then return answer(series and 1 or 0) end
+redis.call('HDEL', jobs, id)
+redis.call('HDEL', tries, id)
+redis.call('HDEL', errors, id)
 return answer(1)
 ]]
 
 -- Settles the outcomes the worker sends (done; retry after a wait; dead;
--- release: due again, unstarted) and answers for each 1: settled; 0: already
+-- release: due again, unstarted; next: a recurring job's next occurrence,
+-- at a due time in µs) and answers for each 1: settled; 0: already
 -- settled, a resent outcome; -1: the lease was lost, another claim holds it. Then
 -- claims up to ARGV[1] due jobs for ARGV[2] µs, and tells how long until the
--- next job is due (-1: none).
+-- next job is due (-1: none) and the Redis clock (µs). A claimed job's row
+-- carries its series' JSON ('' for a one-shot job).
 local PUMP = PRELUDE .. [[
-local due, jobs, tries, claims, errors, dead, seq = unpack(KEYS)
+local due, jobs, tries, claims, errors, dead, seq, recurring = unpack(KEYS)
+local function forget(id)
+  redis.call('ZREM', due, id)
+  redis.call('HDEL', jobs, id)
+  redis.call('HDEL', tries, id)
+  redis.call('HDEL', errors, id)
+  redis.call('HDEL', recurring, id)
+end
 local settled = {}
 for i = 0, tonumber(ARGV[3]) - 1 do
   local base = 4 + i * 5
@@ -151,9 +186,10 @@ for i = 0, tonumber(ARGV[3]) - 1 do
     settled[#settled + 1] = holder and -1 or 0
   else
     redis.call('HDEL', claims, id)
-    if kind == 'done' then
-      redis.call('ZREM', due, id)
-      redis.call('HDEL', jobs, id)
+    if kind == 'done' or kind == 'next' and redis.call('HEXISTS', recurring, id) == 0 then
+      forget(id)                                  -- (a cancelled series' last occurrence)
+    elseif kind == 'next' then
+      redis.call('ZADD', due, score(tonumber(wait)), id)
       redis.call('HDEL', tries, id)
       redis.call('HDEL', errors, id)
     elseif kind == 'retry' then
@@ -166,6 +202,7 @@ for i = 0, tonumber(ARGV[3]) - 1 do
       redis.call('ZREM', due, id)
       redis.call('ZADD', dead, score(now), id)
       redis.call('HSET', errors, id, err)
+      redis.call('HDEL', recurring, id)
     end
     settled[#settled + 1] = 1
   end
@@ -181,13 +218,14 @@ if limit > 0 then
     redis.call('HSET', claims, id, token .. ' ' .. score(tonumber(found[i + 1])))
     redis.call('ZADD', due, lease_end, id)
     claimed[#claimed + 1] = { id, redis.call('HGET', jobs, id) or '', token,
-                              redis.call('HINCRBY', tries, id, 1), tonumber(found[i + 1]) }
+                              redis.call('HINCRBY', tries, id, 1), tonumber(found[i + 1]),
+                              redis.call('HGET', recurring, id) or '' }
   end
 end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local next_in = -1
 if first[2] then next_in = math.max(0, tonumber(first[2]) - now) end
-return answer({ settled, claimed, next_in })
+return answer({ settled, claimed, next_in, score(now) })
 ]]
 
 local DEAD_LIST = PRELUDE .. [[
@@ -213,16 +251,16 @@ return answer(1)
 
 -- What GET and LIST answer for a job: { id, JSON, state, due (µs; '' for
 -- a dead one, or a claim that does not say), attempts, error, dead since
--- (µs; '' unless dead) }.
+-- (µs; '' unless dead), its series' JSON ('' for a one-shot job) }.
 local JOB_ROW = [[
-local due_key, jobs, claims, tries, dead, errors = unpack(KEYS)
+local due_key, jobs, claims, tries, dead, errors, recurring = unpack(KEYS)
 local function claim_due(id)
   local claim = redis.call('HGET', claims, id)
   return claim and (string.match(claim, ' (%d+)$') or '') or nil
 end
 local function row(id, state, due_at, dead_at)
   return { id, redis.call('HGET', jobs, id) or '', state, due_at or '', redis.call('HGET', tries, id) or '0',
-           redis.call('HGET', errors, id) or '', dead_at or '' }
+           redis.call('HGET', errors, id) or '', dead_at or '', redis.call('HGET', recurring, id) or '' }
 end
 local function job_row(id)
   if redis.call('HEXISTS', jobs, id) == 0 then return nil end
@@ -279,11 +317,12 @@ end
 return answer(out)
 ]]
 
--- Answers { delayed, running, dead }.
+-- Answers { delayed, running, dead, recurring }.
 local COUNTS = PRELUDE .. [[
-local due, claims, dead = unpack(KEYS)
+local due, claims, dead, recurring = unpack(KEYS)
 local running = redis.call('HLEN', claims)
-return answer({ redis.call('ZCARD', due) - running, running, redis.call('ZCARD', dead) })
+return answer({ redis.call('ZCARD', due) - running, running, redis.call('ZCARD', dead),
+                redis.call('HLEN', recurring) })
 ]]
 
 -- ARGV: an id, a delay (µs), a due time (µs; '': use the delay). A job
@@ -300,7 +339,7 @@ return answer({ 1, score(math.max(0, due_at - now)) })
 ]]
 
 local M = {
-  schedule = SCHEDULE, schedule_many = SCHEDULE_MANY, cancel = CANCEL, pump = PUMP,
+  schedule = SCHEDULE, schedule_many = SCHEDULE_MANY, every = EVERY, now = NOW, cancel = CANCEL, pump = PUMP,
   dead_list = DEAD_LIST, requeue = REQUEUE, get = GET, list = LIST, counts = COUNTS,
   reschedule = RESCHEDULE,
 }
@@ -309,17 +348,18 @@ local M = {
 function M.keys(key)
   local slot = "{" .. key .. "}:"
   local k = {}
-  for _, name in ipairs({ "due", "jobs", "tries", "claims", "errors", "dead", "seq" }) do
+  for _, name in ipairs({ "due", "jobs", "tries", "claims", "errors", "dead", "seq", "recurring" }) do
     k[name] = slot .. name
   end
   return {
     wake_channel = slot .. "wake",      -- a Pub/Sub channel, not a key (see WAKE)
-    schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead },
-    read = { k.due, k.jobs, k.claims, k.tries, k.dead, k.errors },
-    counts = { k.due, k.claims, k.dead },
+    schedule = { k.due, k.jobs, k.seq, k.claims, k.tries, k.errors, k.dead, k.recurring },
+    read = { k.due, k.jobs, k.claims, k.tries, k.dead, k.errors, k.recurring },
+    counts = { k.due, k.claims, k.dead, k.recurring },
+    none = {},
     reschedule = { k.due, k.claims },
-    cancel = { k.due, k.jobs, k.claims, k.tries, k.errors },
-    pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq },
+    cancel = { k.due, k.jobs, k.claims, k.tries, k.errors, k.recurring },
+    pump = { k.due, k.jobs, k.tries, k.claims, k.errors, k.dead, k.seq, k.recurring },
     dead = { k.dead, k.jobs, k.tries, k.errors },
     requeue = { k.due, k.dead, k.tries, k.errors },
   }

@@ -7,6 +7,7 @@
 local backoff = require("hwt.backoff")
 local drivers = require("hwt.driver")
 local client = require("hwt.jobs_client")
+local every = require("hwt.jobs_every")
 local format = require("hwt.jobs_format")
 local listen = require("hwt.jobs_listen")
 local report = require("hwt.jobs_report").report
@@ -86,6 +87,20 @@ local function lease_expired(q, job)
   return q.timer:now() - job._claimed >= q.lease
 end
 
+-- A recurring job's next occurrence (after a run, or once its retries are
+-- spent: the series goes on), the first strictly after the Redis clock's
+-- now, which the claim's reply told (plus the time since: a little later
+-- than Redis' now, never earlier); none left ends the series.
+local function recur(q, job)
+  local redis_now = job._redis_now + (q.timer:now() - job._claimed)
+  local next_due = every.next_after(job._series.schedule, redis_now, job.due)
+  if next_due then
+    outcome(q, job, "next", next_due)
+  else
+    outcome(q, job, "done", 0)
+  end
+end
+
 local function run_job(_, q, job)
   if lease_expired(q, job) then
     q.tally.expired = q.tally.expired + 1
@@ -103,7 +118,9 @@ local function run_job(_, q, job)
     ok, err = call_handler(handler, job.payload, job)
   end
   if ok then
-    outcome(q, job, "done", 0)
+    if job._series then recur(q, job) else outcome(q, job, "done", 0) end
+  elseif job._series and job.attempt > q.retry.retries then
+    recur(q, job)                       -- this occurrence is given up, not dead-lettered
   elseif job.malformed or job.attempt > q.retry.retries then
     q.tally.dead = q.tally.dead + 1
     outcome(q, job, "dead", 0, err)
@@ -118,25 +135,47 @@ local function run_job(_, q, job)
   end
 end
 
+-- The series of a recurring job from the JSON of its claim ('' for a
+-- one-shot job): { spec, tz, schedule }; false and why for a malformed one.
+local series_by_json = setmetatable({}, { __mode = "v" })
+local function series_of(codec, json)
+  if json == nil or json == "" then return nil end
+  if series_by_json[json] then return series_by_json[json] end
+  local fields = codec.decode(json)
+  if type(fields) ~= "table" then return false, "malformed series: " .. json end
+  local schedule, why = every.schedule_of(fields.spec, fields.tz)
+  if not schedule then return false, "malformed series: " .. why end
+  local series = { spec = fields.spec, tz = fields.tz or "UTC", schedule = schedule }
+  series_by_json[json] = series
+  return series
+end
+
 -- `asked_at`: when the claim was sent (timer:now()), no later than Redis
--- made it, so the lease is never thought longer than it is.
-local function job_from(q, row, asked_at)
+-- made it, so the lease is never thought longer than it is; `redis_now`:
+-- the Redis clock (s) when it made it.
+local function job_from(q, row, asked_at, redis_now)
   local name, payload = decode(q.codec, row[2])
   local job = { id = row[1], attempt = tonumber(row[4]), due = tonumber(row[5]) / MICRO, queue = q,
-                _token = row[3], _claimed = asked_at }
+                _token = row[3], _claimed = asked_at, _redis_now = redis_now }
   if name then
     job.name, job.payload = name, payload
   else
     job.name, job.malformed = "?", payload
+  end
+  local series, why = series_of(q.codec, row[6])
+  if series then
+    job.every, job.tz, job._series = series.spec, series.tz, series
+  elseif series == false then
+    job.malformed = why
   end
   return job
 end
 
 -- Starts each claimed job as an hwt task of its own (so a host driver runs
 -- it as it runs any task); at max_pending it runs here instead.
-local function start_jobs(q, rows, asked_at)
+local function start_jobs(q, rows, asked_at, redis_now)
   for _, row in ipairs(rows) do
-    local job = job_from(q, row, asked_at)
+    local job = job_from(q, row, asked_at, redis_now)
     q.running = q.running + 1
     if not q.timer:timeout(0, run_job, q, job) then run_job(nil, q, job) end
   end
@@ -225,7 +264,7 @@ local function pump_once(q, sending)
   end
   q.failures, q.outage = 0, false
   count_lost(q, reply[1])
-  start_jobs(q, reply[2], asked_at)
+  start_jobs(q, reply[2], asked_at, tonumber(reply[4]) / MICRO)
   if q.stopped then
     if #q.outcomes > 0 then arm(q, 0) end
     return

@@ -535,28 +535,31 @@ local function stub_redis()
   function client.eval(_, _, numkeys, ...)
     local args = { ... }
     local first_key, tag = args[1] or "", args[#args]
-    if numkeys == 7 and first_key:match(":due$") and args[3]:match(":tries$") then   -- settle, claim, next due
+    if numkeys == 8 and first_key:match(":due$") and args[3]:match(":tries$") then   -- settle, claim, next due, now
       pumps = pumps + 1
       local settled = {}
       for i = 1, tonumber(args[numkeys + 3]) do settled[i] = 1 end
       local claimed = {}
       if pumps == 1 then
-        claimed = { { "7", '{"name":"meta","payload":{"n":1}}', "1", 1, STUB_DUE_US },
-                    { "8", "{not json", "2", 1, STUB_DUE_US } }
+        claimed = { { "7", '{"name":"meta","payload":{"n":1}}', "1", 1, STUB_DUE_US, "" },
+                    { "8", "{not json", "2", 1, STUB_DUE_US, "" },
+                    { "9", '{"name":"meta","payload":{"n":2}}', "3", 1, STUB_DUE_US,
+                      '{"spec":"0 9 * * *","tz":"UTC"}' } }
       end
-      return { tag, { settled, claimed, -1 } }
+      return { tag, { settled, claimed, -1, tostring(STUB_DUE_US) } }
     elseif first_key:match(":dead$") then         -- id, job JSON, error, tries
       return { tag, { { "7", '{"name":"meta","payload":{"n":1}}', "boom", "3" },
                       { "8", "{not json", "malformed job", "1" } } }
-    elseif numkeys == 6 and args[3]:match(":claims$") then   -- get, list: rows of id, JSON, state, due, tries, error, dead since
-      local delayed = { "7", '{"name":"meta","payload":{"n":1}}', "delayed", tostring(STUB_DUE_US), "0", "", "" }
-      local running = { "8", '{"name":"meta"}', "running", tostring(STUB_DUE_US), "1", "", "" }
-      local dead = { "9", "{not json", "dead", "", "3", "boom", tostring(STUB_DUE_US) }
+    elseif numkeys == 7 and args[3]:match(":claims$") then   -- get, list: rows of id, JSON, state, due, tries, error, dead since, series
+      local delayed = { "7", '{"name":"meta","payload":{"n":1}}', "delayed", tostring(STUB_DUE_US), "0", "", "",
+                        '{"spec":"0 9 * * *","tz":"UTC"}' }
+      local running = { "8", '{"name":"meta"}', "running", tostring(STUB_DUE_US), "1", "", "", "" }
+      local dead = { "9", "{not json", "dead", "", "3", "boom", tostring(STUB_DUE_US), "" }
       if #args == numkeys + 2 then return { tag, { 1, args[numkeys + 1] == "9" and dead or delayed } } end
       return { tag, { delayed, running, dead } }
-    elseif numkeys == 3 and args[2]:match(":claims$") then   -- counts
-      return { tag, { 4, 1, 2 } }
-    elseif numkeys == 7 and args[3]:match(":seq$") and #args == numkeys + 2 then   -- schedule_many
+    elseif numkeys == 4 and args[2]:match(":claims$") then   -- counts
+      return { tag, { 4, 1, 2, 1 } }
+    elseif numkeys == 8 and args[3]:match(":seq$") and #args == numkeys + 2 then   -- schedule_many
       return { tag, { { "job-x" }, 1, "-1" } }
     end
     error("stub redis: unexpected script with " .. tostring(numkeys) .. " keys", 0)
@@ -576,12 +579,12 @@ if jobs_ok and cjson_ok then
   local started, start_err = q:start()
   check(started, "q:start() against the stub: %s", tostring(start_err))
   timer:run_for(0)
-  check(#handled == 1, "the stub's job reached the handler %d times, not once", #handled)
+  check(#handled == 2, "the stub's jobs reached the handler %d times, not twice", #handled)
   local malformed = reported[1] and reported[1].job
   check(#reported == 1 and malformed ~= nil, "on_error got %d reports (%s), not one with the malformed job",
     #reported, tostring(reported[1] and reported[1].err))
   local job_samples = {}
-  if handled[1] then job_samples[#job_samples + 1] = { handled[1], "a handler's job" } end
+  for i, job in ipairs(handled) do job_samples[#job_samples + 1] = { job, "a handler's job " .. i } end
   if malformed then job_samples[#job_samples + 1] = { malformed, "on_error's malformed job" } end
   compare_records("hwt.jobs.Job", job_samples, "job record")
   compare_records("hwt.jobs.Stats", { { idle_stats, "q:stats() (new queue)" }, { q:stats(), "q:stats() (after a run)" } },
