@@ -7,8 +7,10 @@
 --     the lease); a job cancelled here never runs on a worker; schedule() and
 --     schedule_many() while Redis is down return nil, err (refused), and that
 --     batch, sent again once Redis is back (as is any batch that failed), has
---     each of its jobs run once; at the end Redis holds nothing but the
---     dead-letter-free, empty queue.
+--     each of its jobs run once; a recurring job (every 0.25 s) ran through
+--     it all: each occurrence once (but those the killed worker held), never
+--     early, on after the restart, and cancel() ended it; at the end Redis
+--     holds nothing but the dead-letter-free, empty queue.
 --  2. A job scheduled 5 s ahead survives stopping every worker: new workers
 --     run it, not early, once.
 -- Prints each check and "jobs: N passed, N failed"; exits non-zero on a failure.
@@ -34,6 +36,7 @@ local SURVIVOR_DELAY = 5
 local NEVER_EARLY_SLACK = 0     -- a start before the deadline is a failure, however small
 local BATCH = 500               -- jobs per schedule_many(), every other block of BATCH
 local RESEND_WITHIN = 10        -- seconds a failed batch is sent again for
+local SERIES_ID, SERIES_INTERVAL = "series-1", 0.25
 
 local passed, failed = 0, 0
 local function check(ok, label, detail)
@@ -130,6 +133,7 @@ local function phase_one()
   local killed, redis_restarted, cancelled = false, false, nil
   local ids, earliest, slow_ids = {}, {}, {}
   local cancelled_id = assert(queue:schedule("job", SPREAD + 1, { cancel = true }))
+  local series_id = assert(queue:every("job", SERIES_INTERVAL, { series = true }, { id = SERIES_ID }))
   local first = socket.gettime()
   for i = 1, SLOW_JOBS do
     slow_ids[i] = assert(queue:schedule("job", KILL_AT / 2, { sleep = SLOW_SECONDS }))
@@ -144,6 +148,7 @@ local function phase_one()
     end
   end
   local refused_while_down, written_while_down = nil, nil
+  local restarted_at
   local batch_refused_while_down, batch_written_after = nil, nil
   local down_batch = {}          -- sent while Redis is down, and again once it is back
   for k = 1, 100 do
@@ -159,6 +164,7 @@ local function phase_one()
     socket.sleep(REDIS_DOWN_FOR)
     server:start()
     redis_restarted = true
+    restarted_at = socket.gettime()
     local before = socket.gettime()
     local written = queue:schedule_many(down_batch)
     batch_written_after = written and #written == #down_batch
@@ -268,6 +274,43 @@ local function phase_one()
         ("%d ran twice, %d of them before the lease ran out"):format(twice, rerun_too_soon))
   local _, done = read_logs(logs)
   check(done[cancelled_id] == nil and starts[cancelled_id] == nil, "the cancelled job ran on no worker")
+
+  -- The recurring job: each occurrence (a due time) once but the victim's, never early, on after the restart.
+  local series_cancelled = queue:cancel(series_id)
+  redis_server.wait_until(function()
+    local c = assert(server:connect())
+    local left = tonumber(c:hlen("{" .. KEY .. "}:jobs"))
+    c:quit()
+    return left == 0
+  end, LEASE + 2)
+  local runs_by_due, occurrences, repeated, series_early, after_restart = {}, 0, 0, 0, 0
+  for _, run in ipairs(read_logs(logs)[SERIES_ID] or {}) do
+    local key = ("%.6f"):format(run.due)
+    if runs_by_due[key] then
+      if runs_by_due[key].pid ~= victim and run.pid ~= victim then repeated = repeated + 1 end
+    else
+      occurrences = occurrences + 1
+    end
+    runs_by_due[key] = run
+    if run.start < run.due then series_early = series_early + 1 end
+    if restarted_at and run.start > restarted_at then after_restart = after_restart + 1 end
+  end
+  -- Behind the backlog its occurrences start late; the ones that fell due
+  -- meanwhile collapse into the next: due times at least an interval apart.
+  local dues = {}
+  for key in pairs(runs_by_due) do dues[#dues + 1] = tonumber(key) end
+  table.sort(dues)
+  local bunched = 0
+  for i = 2, #dues do
+    if dues[i] - dues[i - 1] < SERIES_INTERVAL - 1e-3 then bunched = bunched + 1 end
+  end
+  check(occurrences >= 3 and bunched == 0,
+        ("a recurring job ran all along, missed occurrences once each time (%d occurrences)"):format(occurrences),
+        bunched .. " due less than an interval after the one before")
+  check(repeated == 0 and series_early == 0, "each occurrence ran once (but the killed worker's), none early",
+        ("%d repeated, %d early"):format(repeated, series_early))
+  check(after_restart > 0, "the recurring job ran on after Redis restarted")
+  check(series_cancelled == true, "cancel() ended the series", tostring(series_cancelled))
 
   local client = assert(server:connect())
   local leftovers = redis_size(client, "zcard", "due") + redis_size(client, "hlen", "jobs")
