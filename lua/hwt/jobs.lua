@@ -74,6 +74,18 @@ function Queue:handle(name, handler)
   return self
 end
 
+-- What schedule() and every() return for a write's reply { id, written,
+-- µs until due }: the id (a job written is counted, and the wake told of
+-- it); or nil, a message and the kind.
+local function job_written(q, result, err, kind)
+  if result == nil then return nil, err, kind end
+  if result[2] == 1 then
+    q.tally.scheduled = q.tally.scheduled + 1
+    worker.scheduled(q, tonumber(result[3]) / MICRO)
+  end
+  return tostring(result[1])
+end
+
 -- Returns the job's id (a string); or nil, a message and "refused" (nothing
 -- was written) or "unknown" (it may have been: schedule again with the same
 -- opts.id to be sure it exists once).
@@ -86,14 +98,8 @@ function Queue:schedule(name, delay, payload, opts)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local result, err, kind = eval(self, scripts.schedule, self.keys.schedule, json, at and "0" or micro(seconds),
-                                 id or "", replace and "1" or "0", at and micro(at) or "")
-  if result == nil then return nil, err, kind end
-  if result[2] == 1 then
-    self.tally.scheduled = self.tally.scheduled + 1
-    worker.scheduled(self, tonumber(result[3]) / MICRO)
-  end
-  return tostring(result[1])
+  return job_written(self, eval(self, scripts.schedule, self.keys.schedule, json, at and "0" or micro(seconds),
+                                 id or "", replace and "1" or "0", at and micro(at) or ""))
 end
 
 -- Schedules the jobs of `list`, each {name=, delay= or at=, payload=, id=,
@@ -196,15 +202,8 @@ function Queue:every(name, spec, payload, opts)
   local first = every.next_after(schedule, now, now)
   if not first then error("bad argument #2 to 'every' (the cron expression never runs)", 2) end
   local series = self.codec.encode({ spec = spec, tz = tz_name or "UTC" }, "series")
-  local result
-  result, err, kind = eval(self, scripts.every, self.keys.schedule, json, micro(first), id or "",
-                           replace and "1" or "0", series)
-  if result == nil then return nil, err, kind end
-  if result[2] == 1 then
-    self.tally.scheduled = self.tally.scheduled + 1
-    worker.scheduled(self, tonumber(result[3]) / MICRO)
-  end
-  return tostring(result[1])
+  return job_written(self, eval(self, scripts.every, self.keys.schedule, json, micro(first), id or "",
+                                 replace and "1" or "0", series))
 end
 
 -- Moves a delayed job's due time (a delay, or `at`); true if it was delayed
