@@ -17,11 +17,21 @@ static slot *reserve(slot_arena *a, slot_owner *owner, uint32_t *number, uint32_
   return s;
 }
 
+/* An arena with one owner attached (most tests need no more), and its end. */
+static void open_arena(slot_arena *a, slot_owner *owner) {
+  slot_arena_init(a);
+  slot_owner_attach(a, owner);
+}
+
+static void close_arena(slot_arena *a, slot_owner *owner) {
+  slot_owner_release(a, owner);
+  slot_arena_close(a);
+}
+
 static void test_numbers_and_find(void) {
   slot_arena a;
-  slot_arena_init(&a);
   slot_owner owner;
-  slot_owner_attach(&a, &owner);
+  open_arena(&a, &owner);
   uint32_t numbers[MANY], gens[MANY];
   for (int i = 0; i < MANY; i++) {
     slot *s = reserve(&a, &owner, &numbers[i], &gens[i]);
@@ -37,16 +47,14 @@ static void test_numbers_and_find(void) {
   }
   CHECK(slot_at(&a, 0) == NULL);
   CHECK(slot_at(&a, SLOT_CHUNK_SIZE) == NULL);        /* a chunk's record, not a slot */
-  slot_owner_release(&a, &owner);
-  slot_arena_close(&a);
+  close_arena(&a, &owner);
 }
 
 /* A freed slot's next use has a new generation: the old pair finds nothing. */
 static void test_stale_pairs_never_match(void) {
   slot_arena a;
-  slot_arena_init(&a);
   slot_owner owner;
-  slot_owner_attach(&a, &owner);
+  open_arena(&a, &owner);
   uint32_t number, gen, again, gen_again;
   slot *s = reserve(&a, &owner, &number, &gen);
   slot_free(&a, s);
@@ -58,8 +66,7 @@ static void test_stale_pairs_never_match(void) {
     CHECK(slot_find(&a, number, gen) == NULL);
     slot_free(&a, s);
   }
-  slot_owner_release(&a, &owner);
-  slot_arena_close(&a);
+  close_arena(&a, &owner);
 }
 
 /* A released owner's chunks without live slots are freed; their places go
@@ -91,9 +98,8 @@ static void test_release_and_reuse(void) {
  * its chunk when it is freed. */
 static void test_orphans(void) {
   slot_arena a;
-  slot_arena_init(&a);
   slot_owner owner;
-  slot_owner_attach(&a, &owner);
+  open_arena(&a, &owner);
   uint32_t number, gen, other, other_gen;
   slot *held = reserve(&a, &owner, &number, &gen);
   held->use = SLOT_LIVE;
@@ -136,9 +142,8 @@ static void test_owners_apart(void) {
 /* A chunk whose generations run out hands out no more slots. */
 static void test_generations_run_out(void) {
   slot_arena a;
-  slot_arena_init(&a);
   slot_owner owner;
-  slot_owner_attach(&a, &owner);
+  open_arena(&a, &owner);
   uint32_t number, gen;
   slot *s = reserve(&a, &owner, &number, &gen);
   slot_chunk *chunk = slot_chunk_of(s);
@@ -161,9 +166,8 @@ static void test_generations_run_out(void) {
  * owner's finalizer may run after lua_close's); the last release frees it. */
 static void test_close_waits_for_owners(void) {
   slot_arena a;
-  slot_arena_init(&a);
   slot_owner owner;
-  slot_owner_attach(&a, &owner);
+  open_arena(&a, &owner);
   uint32_t number, gen;
   slot *s = reserve(&a, &owner, &number, &gen);
   slot_arena_close(&a);
