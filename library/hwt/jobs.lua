@@ -10,12 +10,14 @@ local M = {}
 ---A job's handler, looked up by name on the worker that claims the job. It fails when it raises or returns `nil`/`false` plus an error; any other return succeeds.
 ---@alias hwt.jobs.Handler fun(payload: any, job: hwt.jobs.Job): any, any
 
----Options of `require("hwt.jobs").redis` (`timer`, `connect` and `key` required; an unknown key raises an error naming it).
+---Options of `require("hwt.jobs").redis` (`timer`, `key` and `connect` or `shards` required; an unknown key raises an error naming it).
 ---@class hwt.jobs.Options
 ---The timer whose tasks claim and run the jobs (drive it as usual: `run_for`, a host driver).
 ---@field timer hwt.Timer
 ---Returns a connected Redis client (redis-lua, or lua-resty-redis in OpenResty), or `nil, err`; called on first use and after a failed call (whose client is closed, never used again), never at construction.
----@field connect fun(): any, string?
+---@field connect? fun(): any, string?
+---In place of `connect`: one connect function per Redis primary (the nodes of a Redis Cluster, in the order `redis-cli --cluster create` named them, or independent servers). A job lives on the shard its id names; `list`, `counts` and `dead` ask every shard; a worker serves every shard, its `concurrency` split between them. The number and order of the shards are part of the queue's data.
+---@field shards? (fun(): any, string?)[]
 ---Hands back each call's client (lua-resty-redis: `function(red) red:set_keepalive(10000, 32) end`); required in OpenResty. Without it the queue keeps one idle client.
 ---@field release? fun(client: any)
 ---Names the queue: its Redis keys are `{key}:due`, `:jobs`, `:tries`, `:claims`, `:errors`, `:dead`, `:seq` (one hash slot). Non-empty.

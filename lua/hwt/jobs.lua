@@ -27,6 +27,7 @@ local client = require("hwt.jobs_client")
 local format = require("hwt.jobs_format")
 local options = require("hwt.jobs_options")
 local scripts = require("hwt.jobs_scripts")
+local shards = require("hwt.jobs_shards")
 local worker = require("hwt.jobs_worker")
 
 local M = {}
@@ -39,23 +40,49 @@ local name_arg, seconds_arg, id_arg = options.name_arg, options.seconds_arg, opt
 local Queue = {}
 Queue.__index = Queue
 
-function M.redis(opts)
-  local checked, o = pcall(options.check_options, opts)
-  if not checked then error(o, 2) end
+-- A queue on one Redis primary: `shard` is where (tag: its keys' hash tag;
+-- connect) and its part of the worker (concurrency; handlers and tally,
+-- shared by the shards of one queue), and how it makes ids (hwt.jobs_scripts'
+-- WRITE_JOB: id_stride, id_offset).
+local function new_queue(opts, o, shard)
   return setmetatable({
-    timer = opts.timer, connect = opts.connect, release = opts.release,
+    timer = opts.timer, connect = shard.connect, release = opts.release,
     on_error = opts.on_error, codec = require("hwt.json"),
-    lease = o.lease, poll_interval = o.poll_interval, concurrency = o.concurrency,
+    lease = o.lease, poll_interval = o.poll_interval, concurrency = shard.concurrency,
     retry = o.retry,
-    handlers = {},
+    handlers = shard.handlers or {},
     running = 0,            -- jobs claimed by this worker and not yet settled
     outcomes = {},          -- settled here, not yet in Redis
     failures = 0,           -- rounds failed in a row
     outage = false,         -- a Redis failure was reported; no round succeeded since
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
-    tally = { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0, redis_errors = 0 },  -- stats()
-    keys = scripts.keys(opts.key),
+    tally = shard.tally or { scheduled = 0, ran = 0, failed = 0, retried = 0, dead = 0, lost = 0, expired = 0,
+                             redis_errors = 0 },  -- stats()
+    keys = scripts.keys(shard.tag),
+    id_stride = shard.id_stride or "1", id_offset = shard.id_offset or "0",
   }, Queue)
+end
+
+-- A queue over opts.shards (hwt.jobs_shards): one queue per shard, and
+-- this one, which has no Redis of its own, routing to them.
+local function new_sharded_queue(opts, o)
+  local n = #opts.shards
+  local q = new_queue(opts, o, { concurrency = o.concurrency, tag = opts.key })
+  q.connect, q.keys, q.shards, q.turn = nil, nil, {}, shards.first_turn(n)
+  for i, connect in ipairs(opts.shards) do
+    q.shards[i] = new_queue(opts, o, {
+      tag = shards.tag(opts.key, i, n), connect = connect, handlers = q.handlers, tally = q.tally,
+      concurrency = shards.concurrency_of(o.concurrency, i, n), id_stride = tostring(n), id_offset = tostring(i - 1),
+    })
+  end
+  return q
+end
+
+function M.redis(opts)
+  local checked, o = pcall(options.check_options, opts)
+  if not checked then error(o, 2) end
+  if opts.shards then return new_sharded_queue(opts, o) end
+  return new_queue(opts, o, { tag = opts.key, connect = opts.connect, concurrency = o.concurrency })
 end
 
 local function check_queue(q, fname)
@@ -98,19 +125,38 @@ function Queue:schedule(name, delay, payload, opts)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  return job_written(self, eval(self, scripts.schedule, self.keys.schedule, json, at and "0" or micro(seconds),
-                                 id or "", replace and "1" or "0", at and micro(at) or ""))
+  local shard = id and shards.route(self, id) or shards.next_shard(self)
+  return job_written(shard, eval(shard, scripts.schedule, shard.keys.schedule, json, at and "0" or micro(seconds),
+                                  id or "", replace and "1" or "0", at and micro(at) or "", shard.id_stride,
+                                  shard.id_offset))
+end
+
+-- Writes `rows` (schedule_many's) on the queue `shard` in one round trip:
+-- their ids, or nil, a message and the kind.
+local function write_rows(shard, rows)
+  local result, err, kind = eval(shard, scripts.schedule_many, shard.keys.schedule,
+                                 shard.codec.encode(rows, "list"), shard.id_stride, shard.id_offset)
+  if result == nil then return nil, err, kind end
+  shard.tally.scheduled = shard.tally.scheduled + result[2]
+  local earliest = tonumber(result[3])
+  if earliest >= 0 then worker.scheduled(shard, earliest / MICRO) end
+  return result[1]
 end
 
 -- Schedules the jobs of `list`, each {name=, delay= or at=, payload=, id=,
 -- replace=} as schedule() would, in one round trip: all of them are
 -- written or none is. Returns their ids, in the list's order; or nil, a
--- message and "refused" or "unknown", as schedule().
+-- message and "refused" or "unknown", as schedule(). On a sharded queue
+-- each shard's part of the list is one round trip, written whole or not at
+-- all; a shard that fails after another wrote its part makes the outcome
+-- "unknown" (send the list again: jobs with ids are written once).
 function Queue:schedule_many(list)
   check_queue(self, "schedule_many")
   local _, n = options.job_list_arg(list)
   if n == 0 then return {} end
-  local rows = {}
+  -- One batch per shard: a job with an id goes to its shard, the others
+  -- all to the next shard, so a list without ids is one round trip.
+  local batches, batch_of, unnamed_to = {}, {}, shards.next_shard(self)
   for i = 1, n do
     local job = list[i]
     local json, why = encode(self.codec, job.name, job.payload)
@@ -119,16 +165,26 @@ function Queue:schedule_many(list)
         :format(i, why), 2)
     end
     local at = job.at and tonumber(job.at)
-    rows[i] = { job.id or "", json, at and "0" or micro(tonumber(job.delay)), at and micro(at) or "",
-                job.replace and "1" or "0" }
+    local row = { job.id or "", json, at and "0" or micro(tonumber(job.delay)), at and micro(at) or "",
+                  job.replace and "1" or "0" }
+    local shard = job.id and shards.route(self, job.id) or unnamed_to
+    local batch = batch_of[shard]
+    if not batch then
+      batch = { shard = shard, rows = {}, positions = {} }
+      batch_of[shard], batches[#batches + 1] = batch, batch
+    end
+    local k = #batch.rows + 1
+    batch.rows[k], batch.positions[k] = row, i
   end
-  local result, err, kind = eval(self, scripts.schedule_many, self.keys.schedule, self.codec.encode(rows, "list"))
-  if result == nil then return nil, err, kind end
   local ids = {}
-  for i, id in ipairs(result[1]) do ids[i] = tostring(id) end
-  self.tally.scheduled = self.tally.scheduled + result[2]
-  local earliest = tonumber(result[3])
-  if earliest >= 0 then worker.scheduled(self, earliest / MICRO) end
+  for b, batch in ipairs(batches) do
+    local written, err, kind = write_rows(batch.shard, batch.rows)
+    if written == nil then
+      if b > 1 then return nil, err .. " (the list's jobs on other shards were written)", client.UNKNOWN end
+      return nil, err, kind
+    end
+    for j, id in ipairs(written) do ids[batch.positions[j]] = tostring(id) end
+  end
   return ids
 end
 
@@ -149,11 +205,25 @@ end
 -- dead_at=}; nil when no job has that id; or nil, a message and the kind.
 function Queue:get(id)
   check_queue(self, "get")
-  local result, err, kind = eval(self, scripts.get, self.keys.read, id_arg(id, "get"))
+  id = id_arg(id, "get")
+  local shard = shards.route(self, id)
+  local result, err, kind = eval(shard, scripts.get, shard.keys.read, id)
   if result == nil then return nil, err, kind end
   if result[1] ~= 1 then return nil end
   return job_of(self.codec, result[2])
 end
+
+-- Rows from+1 .. from+count of one queue's jobs in `state`, as list().
+local function list_page(q, state, from, count)
+  local rows, err, kind = eval(q, scripts.list, q.keys.read, state, from, count)
+  if rows == nil then return nil, err, kind end
+  local jobs = {}
+  for i, row in ipairs(rows) do jobs[i] = job_of(q.codec, row) end
+  return jobs
+end
+
+local function due_order(job) return job.due or huge end
+local function dead_order(job) return job.dead_at or huge end
 
 -- A page of jobs in one state (opts.state: "delayed", the default,
 -- "running" or "dead"), opts.count (100) of them after the first opts.from
@@ -162,20 +232,28 @@ end
 function Queue:list(opts)
   check_queue(self, "list")
   local state, from, count = options.list_options(opts)
-  local rows, err, kind = eval(self, scripts.list, self.keys.read, state, from, count)
-  if rows == nil then return nil, err, kind end
-  local jobs = {}
-  for i, row in ipairs(rows) do jobs[i] = job_of(self.codec, row) end
-  return jobs
+  if not self.shards then return list_page(self, state, from, count) end
+  local pages = {}
+  for i, shard in ipairs(self.shards) do
+    local page, err, kind = list_page(shard, state, 0, from + count)
+    if page == nil then return nil, err, kind end
+    pages[i] = page
+  end
+  return shards.merge(pages, state == "dead" and dead_order or due_order, from, count)
 end
 
 -- How many jobs are delayed, running (claimed) and dead, and how many
 -- recurring series the queue holds.
 function Queue:counts()
   check_queue(self, "counts")
-  local counts, err, kind = eval(self, scripts.counts, self.keys.counts)
-  if counts == nil then return nil, err, kind end
-  return { delayed = counts[1], running = counts[2], dead = counts[3], recurring = counts[4] }
+  local total = { delayed = 0, running = 0, dead = 0, recurring = 0 }
+  for _, shard in ipairs(self.shards or { self }) do
+    local counts, err, kind = eval(shard, scripts.counts, shard.keys.counts)
+    if counts == nil then return nil, err, kind end
+    total.delayed, total.running = total.delayed + counts[1], total.running + counts[2]
+    total.dead, total.recurring = total.dead + counts[3], total.recurring + counts[4]
+  end
+  return total
 end
 
 -- A recurring job: `spec` a five-field cron expression (read in opts.tz, an
@@ -196,19 +274,21 @@ function Queue:every(name, spec, payload, opts)
   if not json then
     error("bad argument #3 to 'every' (JSON-encodable payload expected: " .. json_why .. ")", 2)
   end
-  local now_us, err, kind = eval(self, scripts.now, self.keys.none)
+  local shard = id and shards.route(self, id) or shards.next_shard(self)
+  local now_us, err, kind = eval(shard, scripts.now, shard.keys.none)
   if now_us == nil then return nil, err, kind end
   local now = tonumber(now_us) / MICRO
   local first = every.next_after(schedule, now, now)
   if not first then error("bad argument #2 to 'every' (the cron expression never runs)", 2) end
   local series = self.codec.encode({ spec = spec, tz = tz_name or "UTC" }, "series")
-  return job_written(self, eval(self, scripts.every, self.keys.schedule, json, micro(first), id or "",
-                                 replace and "1" or "0", series))
+  return job_written(shard, eval(shard, scripts.every, shard.keys.schedule, json, micro(first), id or "",
+                                  replace and "1" or "0", series, shard.id_stride, shard.id_offset))
 end
 
 -- Moves a delayed job's due time (a delay, or `at`); true if it was delayed
 -- (not claimed, not dead) and now has that due time.
 local function move(q, id, seconds, at)
+  q = shards.route(q, id)
   local result, err, kind = eval(q, scripts.reschedule, q.keys.reschedule, id, at and "0" or micro(seconds),
                                  at and micro(at) or "")
   if result == nil then return nil, err, kind end
@@ -238,9 +318,22 @@ end
 -- kind, as for schedule().
 function Queue:cancel(id)
   check_queue(self, "cancel")
-  local removed, err, kind = eval(self, scripts.cancel, self.keys.cancel, id_arg(id, "cancel"))
+  id = id_arg(id, "cancel")
+  local shard = shards.route(self, id)
+  local removed, err, kind = eval(shard, scripts.cancel, shard.keys.cancel, id)
   if removed == nil then return nil, err, kind end
   return removed == 1
+end
+
+-- dead() of a sharded queue: the shards' dead jobs, merged by when they died.
+local function dead_of_shards(q, limit)
+  local jobs, err, kind = q:list({ state = "dead", count = limit })
+  if not jobs then return nil, err, kind end
+  local list = {}
+  for i, job in ipairs(jobs) do
+    list[i] = { id = job.id, name = job.name, payload = job.payload, error = job.error or "", attempts = job.attempts }
+  end
+  return list
 end
 
 -- The dead-lettered jobs, oldest first (at most `limit`, default 100): each
@@ -251,6 +344,7 @@ function Queue:dead(limit)
   if not limit or limit < 1 or limit % 1 ~= 0 then
     error("bad argument #1 to 'dead' (positive integer expected)", 2)
   end
+  if self.shards then return dead_of_shards(self, limit) end
   local rows, err, kind = eval(self, scripts.dead_list, self.keys.dead, limit)
   if not rows then return nil, err, kind end
   local list = {}
@@ -268,7 +362,8 @@ function Queue:requeue(id, delay)
   check_queue(self, "requeue")
   id = id_arg(id, "requeue")
   local seconds = delay == nil and 0 or seconds_arg(delay, "requeue", 2)
-  local moved, err, kind = eval(self, scripts.requeue, self.keys.requeue, id, micro(seconds))
+  local shard = shards.route(self, id)
+  local moved, err, kind = eval(shard, scripts.requeue, shard.keys.requeue, id, micro(seconds))
   if moved == nil then return nil, err, kind end
   return moved == 1
 end
@@ -281,7 +376,11 @@ function Queue:start()
     error("hwt.jobs: no handlers: call q:handle(name, fn) before q:start()", 2)
   end
   if self.timer:is_stopped() then error("hwt.jobs: timer is stopped", 2) end
-  return worker.start(self)
+  for _, shard in ipairs(self.shards or { self }) do
+    local started, err = worker.start(shard)
+    if not started then return nil, err end
+  end
+  return true
 end
 
 -- Runs the queue's timer for `seconds`, as timer:run_for(seconds) does,
@@ -299,7 +398,8 @@ function Queue:run_for(seconds)
   if self.timer:stats().clock == "manual" then
     error("hwt.jobs: the timer has a manual clock: drive it with advance()", 2)
   end
-  self.run_by_queue = true
+  local queues = self.shards or { self }
+  for _, q in ipairs(queues) do q.run_by_queue = true end
   local timer = self.timer
   local deadline, ran = timer:now() + seconds, 0
   while true do
@@ -308,7 +408,7 @@ function Queue:run_for(seconds)
     if left <= 0 then return ran end
     local due_in = timer:next_due()
     local wait = due_in and math.min(due_in, left) or left
-    if wait > 0 then worker.wait(self, wait) end
+    if wait > 0 then worker.wait(queues, wait) end
   end
 end
 
@@ -316,7 +416,7 @@ end
 -- jobs not yet claimed stay in Redis for other workers.
 function Queue:stop()
   check_queue(self, "stop")
-  worker.stop(self)
+  for _, shard in ipairs(self.shards or { self }) do worker.stop(shard) end
 end
 
 -- What this worker did: scheduled, ran, failed, retried, dead, lost (claims
@@ -328,8 +428,11 @@ function Queue:stats()
   check_queue(self, "stats")
   local s = {}
   for key, value in pairs(self.tally) do s[key] = value end
-  s.running, s.unsettled = self.running, #self.outcomes
-  s.started = self.wake ~= nil and not self.stopped
+  s.running, s.unsettled, s.started = 0, 0, false
+  for _, shard in ipairs(self.shards or { self }) do
+    s.running, s.unsettled = s.running + shard.running, s.unsettled + #shard.outcomes
+    s.started = s.started or shard.wake ~= nil and not shard.stopped
+  end
   return s
 end
 

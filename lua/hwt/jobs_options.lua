@@ -24,9 +24,31 @@ local function positive_number(opts, key)
 end
 
 local KNOWN_OPTIONS = {
-  timer = true, connect = true, release = true, key = true, lease = true,
+  timer = true, connect = true, shards = true, release = true, key = true, lease = true,
   poll_interval = true, concurrency = true, retry = true, on_error = true,
 }
+
+-- opts.shards: an array of connect functions, one per Redis primary, in
+-- place of opts.connect; no more of them than the worker's concurrency, so
+-- that each shard gets a part of it.
+local function check_shards(opts)
+  if opts.connect ~= nil then bad_option("connect", "nil expected with opts.shards (a connect per shard)") end
+  local shards = opts.shards
+  if type(shards) ~= "table" or #shards == 0 then
+    bad_option("shards", "a non-empty array of connect functions expected, got "
+      .. (type(shards) == "table" and "an empty table" or type(shards)))
+  end
+  for key in pairs(shards) do
+    if type(key) ~= "number" or key % 1 ~= 0 or key < 1 or key > #shards then
+      bad_option("shards", "an array of connect functions expected, got the key " .. tostring(key))
+    end
+  end
+  for i = 1, #shards do
+    if type(shards[i]) ~= "function" then
+      bad_option("shards", ("shards[%d]: function expected, got %s"):format(i, type(shards[i])))
+    end
+  end
+end
 
 local function check_options(opts)
   if type(opts) ~= "table" then
@@ -38,8 +60,12 @@ local function check_options(opts)
   if checks.type_name(opts.timer) ~= "hwt.Timer" then
     bad_option("timer", "hwt.Timer expected, got " .. checks.type_name(opts.timer))
   end
-  if type(opts.connect) ~= "function" then
-    bad_option("connect", "function expected, got " .. type(opts.connect))
+  if opts.shards == nil then
+    if type(opts.connect) ~= "function" then
+      bad_option("connect", "function expected, got " .. type(opts.connect))
+    end
+  else
+    check_shards(opts)
   end
   if opts.release == nil and type(ngx) == "table" and ngx.get_phase then
     bad_option("release", "function expected in OpenResty, where a cosocket cannot be shared "
@@ -55,6 +81,9 @@ local function check_options(opts)
   end
   local concurrency = positive_number(opts, "concurrency")
   if concurrency % 1 ~= 0 then bad_option("concurrency", "integer expected") end
+  if opts.shards and concurrency < #opts.shards then
+    bad_option("concurrency", ("at least one per shard expected (%d shards), got %d"):format(#opts.shards, concurrency))
+  end
   if opts.retry ~= nil and type(opts.retry) ~= "table" then
     bad_option("retry", "table expected, got " .. type(opts.retry))
   end

@@ -55,17 +55,21 @@ local function wake_for(due_at, earliest_before)
 end
 ]]
 
--- Writes one job (SCHEDULE and SCHEDULE_MANY): `id` ('' for a new one),
+-- Writes one job (SCHEDULE, SCHEDULE_MANY, EVERY): `id` ('' for a new one),
 -- its JSON, when it is due (µs, the Redis clock), whether to replace a job
 -- of that id. Returns the id and 1 when it wrote the job, 0 when a job of
 -- that id exists and was left as it is. A replaced job starts afresh:
 -- delayed, unclaimed (a run in progress no longer settles it), no attempts,
--- not dead.
+-- not dead. A new id is the next of {key}:seq times the id stride plus the
+-- id offset (the two arguments before the tag): of digits alone, which a
+-- caller's id never is, and telling a sharded queue its shard
+-- (hwt.jobs_shards); stride 1, offset 0 for a queue of one shard.
 local WRITE_JOB = [[
 local due_key, jobs, seq, claims, tries, errors, dead, recurring = unpack(KEYS)
+local id_stride, id_offset = tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])
 local function write_job(id, json, due_at, replace)
   if id == '' then
-    id = tostring(redis.call('INCR', seq))
+    id = score(redis.call('INCR', seq) * id_stride + id_offset)
   elseif redis.call('HEXISTS', jobs, id) == 1 then
     if not replace then return id, 0 end
     redis.call('HDEL', claims, id)
@@ -86,8 +90,9 @@ end
 ]]
 
 -- ARGV: the job's JSON, its delay (µs), its id ('': a new one), '1' to
--- replace a job of that id, its due time (µs; '': use the delay). Answers
--- { id, written (1 or 0), µs until it is due (0 when it is) }.
+-- replace a job of that id, its due time (µs; '': use the delay), the id
+-- stride and offset (WRITE_JOB). Answers { id, written (1 or 0), µs until
+-- it is due (0 when it is) }.
 local SCHEDULE = PRELUDE .. WAKE .. WRITE_JOB .. [[
 local due_at, earliest_before = due_time(ARGV[2], ARGV[5]), earliest_due()
 local id, written = write_job(ARGV[3], ARGV[1], due_at, ARGV[4] == '1')
@@ -96,7 +101,7 @@ return answer({ id, written, score(math.max(0, due_at - now)) })
 ]]
 
 -- ARGV[1]: a JSON array of jobs, each [id, JSON, delay, due time, replace]
--- as SCHEDULE's (strings). All are checked before any is written; each is
+-- as SCHEDULE's (strings); then the id stride and offset. All are checked before any is written; each is
 -- written as SCHEDULE writes it, in the list's order (an id twice: the
 -- second finds the first). Answers { ids, how many were written, µs until
 -- the earliest written one is due (-1: none written) }.
@@ -128,8 +133,8 @@ return answer({ ids, written, earliest and score(math.max(0, earliest - now)) or
 ]]
 
 -- ARGV: the job's JSON, its first due time (µs), its id ('': a new one),
--- '1' to replace a job of that id, the series' JSON {"spec":..., "tz":...}.
--- Writes the first occurrence as SCHEDULE writes a job, and the series
+-- '1' to replace a job of that id, the series' JSON {"spec":..., "tz":...},
+-- the id stride and offset. Writes the first occurrence as SCHEDULE writes a job, and the series
 -- beside it. Answers as SCHEDULE.
 local EVERY = PRELUDE .. WAKE .. WRITE_JOB .. [[
 local due_at, earliest_before = tonumber(ARGV[2]), earliest_due()

@@ -329,16 +329,21 @@ end
 -- A job scheduled `seconds` ahead by this process: the wake comes no later.
 M.scheduled = heard
 
--- Waits up to `seconds` for the queue's listener (reading what it hears),
--- or for the timer; for q:run_for().
-function M.wait(q, seconds)
-  local listener = q.listener
-  if listener and listener:is_open() then
-    local readable = require("socket").select({ listener.socket }, nil, seconds)
-    if readable and readable[1] then listener:read() end
-  else
-    q.timer:wait(seconds)
+-- Waits up to `seconds` for the listeners of `queues` (the shards of one
+-- queue, sharing its timer; reading what they hear), or for the timer; for
+-- q:run_for().
+function M.wait(queues, seconds)
+  local sockets, listener_of = {}, {}
+  for _, q in ipairs(queues) do
+    local listener = q.listener
+    if listener and listener:is_open() then
+      sockets[#sockets + 1] = listener.socket
+      listener_of[listener.socket] = listener
+    end
   end
+  if #sockets == 0 then return queues[1].timer:wait(seconds) end
+  local readable = require("socket").select(sockets, nil, seconds)
+  for _, socket in ipairs(readable or {}) do listener_of[socket]:read() end
 end
 
 return M

@@ -491,11 +491,12 @@ if jobs_ok and cjson_ok then
     local o = {}
     for k, v in pairs(base) do o[k] = v end
     o[key] = value
+    if key == "shards" then o.connect = nil end     -- one or the other
     return o
   end
   compare_options("hwt.jobs.Options", {
-    timer = timer, connect = jobs_connect, release = nop, key = "meta:jobs", lease = 30, poll_interval = 1,
-    concurrency = 1, retry = {}, on_error = nop,
+    timer = timer, connect = jobs_connect, shards = { jobs_connect }, release = nop, key = "meta:jobs", lease = 30,
+    poll_interval = 1, concurrency = 1, retry = {}, on_error = nop,
   }, function(key, value) return pcall(jobs.redis, with(key, value)) end)
   -- An accepted retry field proves it is known; the keys jobs.redis reads
   -- (below) prove that it is used.
