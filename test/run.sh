@@ -7,7 +7,7 @@
 #               code block of the docs (test/docs/doc_blocks_test.sh: nginx ones in a
 #               real nginx when there is one) and
 #               hwt.jobs across worker processes (test/host/jobs_test.lua: a real
-#               redis-server) against the plain build; specs (but hwt.jobs', tagged
+#               redis-server, then a real 3-node Redis Cluster) against the plain build; specs (but hwt.jobs', tagged
 #               #redis) and examples plus memory
 #               scenarios under ASan+UBSan (leak detection on); the
 #               engine's C test under TSan.
@@ -142,6 +142,8 @@ if [ "${HWT_ONLY:-}" != asan ]; then
     LUA_PATH='lua/?.lua;;' LUA_CPATH="$OUT/?.so;;" "$LUA" test/stress/no_thread_test.lua
   run_counted "hwt.jobs: workers, kills, a Redis restart ($LUA)" env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" \
     timeout "$SCRIPT_TIMEOUT" "$LUA" test/host/jobs_test.lua
+  run_counted "hwt.jobs: a queue sharded over a 3-node Redis Cluster, the same faults ($LUA)" \
+    env LUA="$LUA" LUA_CPATH="$OUT/?.so;;" timeout "$SCRIPT_TIMEOUT" "$LUA" test/host/jobs_test.lua --cluster
 fi
 
 if [ "${HWT_ONLY:-}" != plain ]; then

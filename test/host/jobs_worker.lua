@@ -1,6 +1,7 @@
 -- A worker process for test/host/jobs_test.lua:
---   lua5.4 test/host/jobs_worker.lua PORT KEY LEASE LOG
--- Runs the jobs named "job" of queue KEY and writes, for each run, a line
+--   lua5.4 test/host/jobs_worker.lua PORTS KEY LEASE LOG
+-- Runs the jobs named "job" of queue KEY (on the redis-server at PORTS, or
+-- sharded over the primaries at PORTS, comma-separated) and writes, for each run, a line
 -- "S id start due pid" when the handler starts and "D id" when it ends
 -- (a payload { sleep = s } makes the handler sleep s seconds first)
 -- (line-buffered, so that a SIGKILL loses no finished line). Runs until it
@@ -11,7 +12,7 @@ local jobs = require("hwt.jobs")
 local server = require("redis_server")
 local socket = require("socket")
 
-local port, key, lease, log_path = arg[1], arg[2], tonumber(arg[3]), arg[4]
+local ports, key, lease, log_path = arg[1], arg[2], tonumber(arg[3]), arg[4]
 local WORK_SECONDS = 0.0005    -- each handler busy this long, so that a kill lands mid-run
 local POLL_INTERVAL = 0.5
 
@@ -19,10 +20,14 @@ local log = assert(io.open(log_path, "a"))
 log:setvbuf("line")
 local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
 
+local connects = {}
+for port in ports:gmatch("%d+") do
+  connects[#connects + 1] = function() return server.redis.connect({ host = "127.0.0.1", port = port, timeout = 1 }) end
+end
 local timer = hwt.new({ tick = 0.005 })
 local queue = jobs.redis({
   timer = timer, key = key, lease = lease, poll_interval = POLL_INTERVAL,
-  connect = function() return server.redis.connect({ host = "127.0.0.1", port = port, timeout = 1 }) end,
+  connect = #connects == 1 and connects[1] or nil, shards = #connects > 1 and connects or nil,
   on_error = function(err) io.stderr:write("worker ", pid, ": ", tostring(err), "\n") end,
 })
 

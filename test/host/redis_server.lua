@@ -15,11 +15,29 @@ end
 local redis = require("redis")
 M.redis = redis
 
+local function bindable(port)
+  local probe = socket.bind("127.0.0.1", port)
+  if not probe then return false end
+  probe:close()
+  return true
+end
+
 local function free_port()
   local probe = assert(socket.bind("127.0.0.1", 0))
   local _, port = probe:getsockname()
   probe:close()
   return tonumber(port)
+end
+
+-- A Redis Cluster node listens on its port and on the port 10000 above it
+-- (the cluster bus): a free pair, both below 65536.
+local CLUSTER_BUS_OFFSET = 10000
+local function free_cluster_port()
+  for _ = 1, 1000 do
+    local port = math.random(20000, 50000)
+    if bindable(port) and bindable(port + CLUSTER_BUS_OFFSET) then return port end
+  end
+  error("no free port pair for a cluster node")
 end
 
 -- Commands run without LD_PRELOAD: under `make test`'s ASan run it holds
@@ -68,6 +86,12 @@ function Server:start()
   local args = { "redis-server", "--port", self.port, "--bind", "127.0.0.1", "--dir", self.dir,
                  "--save", "''", "--daemonize", "no", "--logfile", self.dir .. "/redis.log",
                  "--enable-debug-command", "local" }
+  if self.cluster then
+    for _, a in ipairs({ "--cluster-enabled", "yes", "--cluster-config-file", self.dir .. "/nodes.conf",
+                         "--cluster-node-timeout", self.cluster_node_timeout_ms }) do
+      args[#args + 1] = a
+    end
+  end
   if self.durable then
     for _, a in ipairs({ "--appendonly", "yes", "--appendfsync", "everysec" }) do args[#args + 1] = a end
   else
@@ -110,15 +134,21 @@ function Server:destroy()
   os.execute("rm -rf '" .. self.dir .. "'")
 end
 
--- M.start{ durable = bool } -> a running server: .port, :connect(),
--- :stop([signal]), :start(), :destroy().
+-- M.start{ durable = bool, cluster_node_timeout_ms = n } -> a running
+-- server: .port, :connect(), :stop([signal]), :start(), :destroy(). With
+-- cluster_node_timeout_ms it is a Redis Cluster node (test/host/redis_cluster.lua
+-- joins nodes into a cluster).
 function M.start(opts)
+  opts = opts or {}
   local dir = shell("mktemp -d /tmp/hwt-redis.XXXXXX"):gsub("%s+$", "")
-  local server = setmetatable({ port = free_port(), dir = dir, durable = opts and opts.durable }, Server)
+  local cluster = opts.cluster_node_timeout_ms ~= nil
+  local server = setmetatable({ port = cluster and free_cluster_port() or free_port(), dir = dir,
+                                durable = opts.durable, cluster = cluster,
+                                cluster_node_timeout_ms = opts.cluster_node_timeout_ms }, Server)
   server:start()
   return server
 end
 
-M.wait_until = wait_until
+M.wait_until, M.shell = wait_until, shell
 
 return M
