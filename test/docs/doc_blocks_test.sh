@@ -52,10 +52,10 @@ BUDGET=60            # nginx_lib.sh's; this test sends no request through its ge
 . "$ROOT/test/host/nginx_lib.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hwt-doc-blocks.XXXXXX") || exit 1
-redis_pid=""
+redis_pids=""
 cleanup() {
   stop_nginx TERM; remove_prefix
-  [ -z "$redis_pid" ] || stop "$redis_pid" TERM
+  for pid in $redis_pids; do stop "$pid" TERM; done
   rm -rf "$work"
 }
 tab=$(printf '\t')
@@ -145,23 +145,26 @@ compile_nginx_lua() {
 }
 
 # ---- Redis, for hwt.jobs blocks ------------------------------------------------
-redis_port=""
-start_redis() {
-  [ -z "$redis_port" ] || return 0
+# One private redis-server per Redis port a block names: 6379, and 6380 and
+# 6381 for a queue over shards. Each gets a free port, put in its place.
+DOC_REDIS_PORTS="6379 6380 6381"
+start_redis() {  # start_redis DOC_PORT: sets redis_port_<DOC_PORT>
+  eval "[ -z \"\${redis_port_$1:-}\" ]" || return 0
   command -v redis-server >/dev/null 2>&1 || { why="redis-server not found"; return 1; }
   # shellcheck disable=SC2119  # no port to avoid
   port_try=$(pick_port) || { why="no free port"; return 1; }
-  mkdir -p "$work/redis"
-  redis-server --port "$port_try" --bind 127.0.0.1 --dir "$work/redis" --save '' \
-    --appendonly no --daemonize no >"$work/redis/log" 2>&1 </dev/null &
-  redis_pid=$!
+  mkdir -p "$work/redis-$1"
+  redis-server --port "$port_try" --bind 127.0.0.1 --dir "$work/redis-$1" --save '' \
+    --appendonly no --daemonize no >"$work/redis-$1/log" 2>&1 </dev/null &
+  pid=$!
+  redis_pids="$redis_pids $pid"
   i=0
   while [ "$i" -lt 50 ]; do
-    if [ "$(redis-cli -p "$port_try" ping 2>/dev/null)" = PONG ]; then redis_port=$port_try; return 0; fi
-    alive "$redis_pid" || break
+    if [ "$(redis-cli -p "$port_try" ping 2>/dev/null)" = PONG ]; then eval "redis_port_$1=$port_try"; return 0; fi
+    alive "$pid" || break
     nap 0.1; i=$((i + 1))
   done
-  why="redis-server did not answer on $port_try: $(tail -n 3 "$work/redis/log")"
+  why="redis-server did not answer on $port_try: $(tail -n 3 "$work/redis-$1/log")"
   return 1
 }
 
@@ -171,8 +174,11 @@ run_lua() {
   mkdir -p "$2"
   sed -e "s|/path/to/hwt|$ROOT|g" -e "s|$ROOT/build/lua5.4/|$OUT/|g" "$1" >"$2/example.lua"
   if grep -q 'hwt\.jobs' "$2/example.lua"; then
-    start_redis || return 1
-    sed -i "s/6379/$redis_port/g" "$2/example.lua"
+    for doc_port in $DOC_REDIS_PORTS; do
+      grep -q "$doc_port" "$2/example.lua" || continue
+      start_redis "$doc_port" || return 1
+      eval "sed -i \"s/$doc_port/\$redis_port_$doc_port/g\" \"\$2/example.lua\""
+    done
   fi
   if grep -q "package\\.c\\{0,1\\}path *= *[\"'[]" "$2/example.lua"; then   # replaces it
     set -- "$1" "$2" env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 -u LUA_CPATH_5_4 \
