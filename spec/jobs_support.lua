@@ -29,15 +29,21 @@ end
 -- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
 -- real-clock timer: q, timer, the errors it reported, its key. opts.module:
 -- another instance of hwt.jobs; opts.timeout: the client's; opts.connect,
--- opts.release: the queue's.
+-- opts.release: the queue's; opts.shards = n: n shards, all on that server.
 local function new_queue(opts)
   opts = opts or {}
   local timer = opts.timer or hwt.new({ tick = TICK })
   local errors = {}
   local key = opts.key or fresh_key()
+  local connect = opts.connect or function() return connect_to(opts.server, opts.timeout) end
+  local shards
+  if opts.shards then
+    shards = {}
+    for i = 1, opts.shards do shards[i] = connect end
+  end
   local q = (opts.module or jobs).redis({
     timer = timer, key = key, release = opts.release,
-    connect = opts.connect or function() return connect_to(opts.server, opts.timeout) end,
+    connect = not shards and connect or nil, shards = shards,
     poll_interval = opts.poll_interval or 0.2, lease = opts.lease or 5,
     retry = opts.retry or { retries = 2, delay = 0.05 },
     on_error = function(err, job) errors[#errors + 1] = { err = err, job = job } end,
