@@ -26,7 +26,7 @@ local M = {}
 ---@field lease? number
 ---Seconds between the requests of an idle worker (default 1): the bound on how late a job scheduled by another process starts. > 0.
 ---@field poll_interval? number
----Jobs claimed by this worker at once (default 32); integer >= 1.
+---Jobs claimed by this worker at once (default 32); integer >= 1. Over `shards`, split between them as evenly as it goes (at least one each).
 ---@field concurrency? integer
 ---Retries of a failed job, with `hwt.retry`'s backoff (default `{retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0}`); then the dead-letter set.
 ---@field retry? hwt.jobs.RetryOptions
