@@ -46,17 +46,23 @@ static client *check_client(lua_State *L) {
   return compat_checkudata(L, 1, CLIENT_TYPE);
 }
 
-/* Raises "hwt.redis: <when><why>" for a connection that failed. */
+/* Raises "hwt.redis: <when><why>" for a connection that failed: like an
+ * error reply's message, with no position in front, so that it reads the
+ * same wherever it is caught. */
 static int raise_failure(lua_State *L, const redis_conn *conn, const char *when) {
   char why[REDIS_CONN_FAILURE_SIZE];
   memcpy(why, conn->failure, sizeof why);   /* the message's allocation may run a finalizer that closes c */
-  return luaL_error(L, "hwt.redis: %s%s", when, why);
+  lua_pushfstring(L, "hwt.redis: %s%s", when, why);
+  return lua_error(L);
 }
 
 /* c's connection, open and working, or raises. Called after a call's last
  * Lua allocation and before its I/O. */
 static redis_conn *usable(lua_State *L, client *c) {
-  if (!c->conn.context) luaL_error(L, "hwt.redis: the client is closed");
+  if (!c->conn.context) {
+    lua_pushliteral(L, "hwt.redis: the client is closed");
+    lua_error(L);
+  }
   if (c->conn.failure[0]) raise_failure(L, &c->conn, "unusable after a failure: ");
   return &c->conn;
 }
@@ -189,37 +195,39 @@ static int client_index(lua_State *L) {
 /* ---- connect ------------------------------------------------------------ */
 
 /* Raises "bad argument #arg to 'connect' ([field: ]<expected> expected, got
- * <the value's type, or the number>)". */
-static void bad_value(lua_State *L, int arg, const char *field, const char *expected, int idx) {
-  const char *got = lua_type(L, idx) == LUA_TNUMBER ? lua_pushfstring(L, "%f", lua_tonumber(L, idx))
-                                                     : luaL_typename(L, idx);
+ * <got>)". */
+static void bad_value(lua_State *L, int arg, const char *field, const char *expected, const char *got) {
   luaL_argerror(L, arg, lua_pushfstring(L, "%s%s%s expected, got %s", field ? field : "", field ? ": " : "",
                                         expected, got));
 }
 
 static void check_type(lua_State *L, int idx, int type, int arg, const char *field) {
-  if (lua_type(L, idx) != type) bad_value(L, arg, field, lua_typename(L, type), idx);
+  if (lua_type(L, idx) != type) bad_value(L, arg, field, lua_typename(L, type), luaL_typename(L, idx));
+}
+
+static void bad_number(lua_State *L, int idx, int arg, const char *field, const char *expected) {
+  bad_value(L, arg, field, expected, lua_pushfstring(L, "%f", lua_tonumber(L, idx)));
 }
 
 static const char *check_text(lua_State *L, int idx, int arg, const char *field) {
   check_type(L, idx, LUA_TSTRING, arg, field);
   size_t len;
   const char *text = lua_tolstring(L, idx, &len);
-  if (strlen(text) != len) bad_value(L, arg, field, "a string without NUL bytes", idx);
+  if (strlen(text) != len) bad_value(L, arg, field, "a string without NUL bytes", "one with them");
   return text;
 }
 
 static int check_port(lua_State *L, int idx, int arg, const char *field) {
   check_type(L, idx, LUA_TNUMBER, arg, field);
   lua_Number port = lua_tonumber(L, idx);
-  if (!(port >= 1 && port <= PORT_MAX) || port != floor(port)) bad_value(L, arg, field, "port 1-65535", idx);
+  if (!(port >= 1 && port <= PORT_MAX) || port != floor(port)) bad_number(L, idx, arg, field, "port 1-65535");
   return (int)port;
 }
 
 static double check_timeout(lua_State *L, int idx, int arg, const char *field) {
   check_type(L, idx, LUA_TNUMBER, arg, field);
   double seconds = (double)lua_tonumber(L, idx);
-  if (!(seconds > 0 && seconds <= TIMEOUT_MAX)) bad_value(L, arg, field, "seconds > 0 and <= 31536000", idx);
+  if (!(seconds > 0 && seconds <= TIMEOUT_MAX)) bad_number(L, idx, arg, field, "seconds > 0 and <= 31536000");
   return seconds;
 }
 

@@ -68,6 +68,7 @@ function Server:start()
   local args = { "redis-server", "--port", self.port, "--bind", "127.0.0.1", "--dir", self.dir,
                  "--save", "''", "--daemonize", "no", "--logfile", self.dir .. "/redis.log",
                  "--enable-debug-command", "local" }
+  if self.path then for _, a in ipairs({ "--unixsocket", self.path }) do args[#args + 1] = a end end
   if self.durable then
     for _, a in ipairs({ "--appendonly", "yes", "--appendfsync", "everysec" }) do args[#args + 1] = a end
   else
@@ -110,11 +111,13 @@ function Server:destroy()
   os.execute("rm -rf '" .. self.dir .. "'")
 end
 
--- M.start{ durable = bool } -> a running server: .port, :connect(),
--- :stop([signal]), :start(), :destroy().
+-- M.start{ durable = bool, unix = bool } -> a running server: .port, .path
+-- (its unix socket, with opts.unix), :connect(), :stop([signal]), :start(),
+-- :destroy().
 function M.start(opts)
   local dir = shell("mktemp -d /tmp/hwt-redis.XXXXXX"):gsub("%s+$", "")
-  local server = setmetatable({ port = free_port(), dir = dir, durable = opts and opts.durable }, Server)
+  local server = setmetatable({ port = free_port(), dir = dir, durable = opts and opts.durable,
+                                path = opts and opts.unix and dir .. "/redis.sock" or nil }, Server)
   server:start()
   return server
 end
