@@ -35,7 +35,7 @@ CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-traces bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
-        test-all-luas all-luas rock rock-install
+        test-all-luas all-luas rock rock-install rock-redis rock-redis-install
 
 all: $(MODULE) $(REDIS_MODULE)
 
@@ -60,6 +60,19 @@ rock:
 	@test -n "$(LUA_INCDIR)" || { echo "make rock: no LUA_INCDIR (luarocks make hwt-scm-1.rockspec passes it)"; exit 1; }
 	@mkdir -p $(ROCK_OUT)/hwt
 	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
+
+# hwt-redis-scm-1.rockspec's two passes: hwt.redis alone, against the
+# libhiredis LuaRocks found (HIREDIS_INCDIR holds hiredis/hiredis.h).
+rock-redis:
+	@test -n "$(LUA_INCDIR)" || { echo "make rock-redis: no LUA_INCDIR (luarocks make hwt-redis-scm-1.rockspec passes it)"; exit 1; }
+	@mkdir -p $(ROCK_OUT)/hwt
+	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" -I"$(HIREDIS_INCDIR)" $(LIBFLAG) \
+	  -o $(ROCK_OUT)/hwt/redis.so $(REDIS_SRC) -L"$(HIREDIS_LIBDIR)" $(REDIS_LIBS)
+
+rock-redis-install:
+	@test -n "$(INST_LIBDIR)" || { echo "make rock-redis-install: no INST_LIBDIR (luarocks passes it)"; exit 1; }
+	mkdir -p "$(INST_LIBDIR)/hwt"
+	cp $(ROCK_OUT)/hwt/redis.so "$(INST_LIBDIR)/hwt/"
 
 # The LuaLS annotations go to the rock's own directory (INST_PREFIX, LuaRocks'
 # PREFIX): `luarocks show --rock-dir hwt` prints it, and its library/ is what
