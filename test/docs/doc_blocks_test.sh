@@ -5,7 +5,7 @@
 #               a scratch directory (LUA_PATH lua/, LUA_CPATH the build; a block
 #               that sets package.path or package.cpath to a path of its own
 #               runs without them; one that adds to them, with them), within BLOCK_TIMEOUT s: it must exit 0 and write nothing
-#               to stderr. A block that requires hwt.jobs runs against a
+#               to stderr. A block that requires hwt.jobs or hwt.redis runs against a
 #               private redis-server on a free 127.0.0.1 port.
 #   ```nginx    a whole nginx.conf (it has an events block) is started for real
 #               on a free 127.0.0.1 port with hwt built for LuaJIT
@@ -170,7 +170,7 @@ start_redis() {
 run_lua() {
   mkdir -p "$2"
   sed -e "s|/path/to/hwt|$ROOT|g" -e "s|$ROOT/build/lua5.4/|$OUT/|g" "$1" >"$2/example.lua"
-  if grep -q 'hwt\.jobs' "$2/example.lua"; then
+  if grep -q 'hwt\.jobs\|hwt\.redis' "$2/example.lua"; then
     start_redis || return 1
     sed -i "s/6379/$redis_port/g" "$2/example.lua"
   fi
