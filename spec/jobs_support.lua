@@ -2,9 +2,9 @@
 -- queues on a real redis-server that a spec file starts and names with
 -- use(server), clients of it, and waits bounded in time.
 --
--- The queues' client: hwt.redis on Lua 5.4 (Debian packages no other for
--- it), redis-lua on 5.1-5.3 and LuaJIT (Debian's); HWT_JOBS_CLIENT=hwt.redis
--- or redis-lua picks one. (The specs' own checks of Redis use redis-lua.)
+-- The queues' client is redis_server.CLIENT: hwt.redis on Lua 5.4, redis-lua
+-- elsewhere (HWT_JOBS_CLIENT picks one). The specs' own checks of Redis use
+-- redis-lua.
 package.path = "test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local jobs = require("hwt.jobs")
@@ -17,7 +17,7 @@ local M = {}
 local TICK = 0.005
 local WITHIN = 5                -- seconds: a bound for "soon"; a run longer has failed
 
-local CLIENT = os.getenv("HWT_JOBS_CLIENT") or (_VERSION == "Lua 5.4" and "hwt.redis" or "redis-lua")
+local CLIENT = redis_server.CLIENT
 
 local server                    -- the spec file's: use(server)
 local key_number = 0
@@ -30,8 +30,7 @@ end
 -- A client (CLIENT) of `on` (default: the spec's server) that gives up
 -- waiting for a reply after `timeout` seconds (default 1).
 local function connect_to(on, timeout)
-  local module = CLIENT == "hwt.redis" and require("hwt.redis") or redis_server.redis
-  return module.connect({ host = "127.0.0.1", port = (on or server).port, timeout = timeout or 1 })
+  return redis_server.connect_client((on or server).port, timeout or 1)
 end
 
 -- Sends `command` on a client of connect_to and leaves its reply unread.

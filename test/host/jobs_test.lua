@@ -77,7 +77,7 @@ end
 local timer = hwt.new()
 local queue = jobs.redis({
   timer = timer, key = KEY,
-  connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = server.port, timeout = 1 }) end,
+  connect = function() return redis_server.connect_client(server.port, 1) end,   -- hwt.redis on Lua 5.4
 })
 
 -- Reads the workers' logs: starts[id] = { {start, due, pid, log}, ... }, done[id] = count.

@@ -22,7 +22,7 @@ local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
 local timer = hwt.new({ tick = 0.005 })
 local queue = jobs.redis({
   timer = timer, key = key, lease = lease, poll_interval = POLL_INTERVAL,
-  connect = function() return server.redis.connect({ host = "127.0.0.1", port = port, timeout = 1 }) end,
+  connect = function() return server.connect_client(port, 1) end,   -- hwt.redis on Lua 5.4
   on_error = function(err) io.stderr:write("worker ", pid, ": ", tostring(err), "\n") end,
 })
 

@@ -1,7 +1,10 @@
 -- A private redis-server for the tests of hwt.jobs: on a free 127.0.0.1 port,
 -- in a scratch directory, every wait bounded. Also puts Debian's redis-lua on
 -- package.path for Lua 5.4 (Debian ships it for 5.1-5.3; it is plain Lua over
--- LuaSocket, which Debian ships for 5.4 too).
+-- LuaSocket, which Debian ships for 5.4 too), and names the client the
+-- tests' queues use (M.CLIENT, M.connect_client): hwt.redis on Lua 5.4
+-- (Debian packages no other client for it), redis-lua on 5.1-5.3 and
+-- LuaJIT; HWT_JOBS_CLIENT=hwt.redis or redis-lua picks one.
 local socket = require("socket")
 
 local M = {}
@@ -14,6 +17,15 @@ if not package.path:find("/usr/share/lua/5.3/?.lua", 1, true) then
 end
 local redis = require("redis")
 M.redis = redis
+
+M.CLIENT = os.getenv("HWT_JOBS_CLIENT") or (_VERSION == "Lua 5.4" and "hwt.redis" or "redis-lua")
+
+-- A client (M.CLIENT) of the server on `port` whose calls give up after
+-- `timeout` seconds.
+function M.connect_client(port, timeout)
+  local module = M.CLIENT == "hwt.redis" and require("hwt.redis") or redis
+  return module.connect({ host = "127.0.0.1", port = tonumber(port), timeout = timeout })
+end
 
 local function free_port()
   local probe = assert(socket.bind("127.0.0.1", 0))
