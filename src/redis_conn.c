@@ -53,10 +53,14 @@ static int fail(redis_conn *conn, const char *format, ...) {
   return -1;
 }
 
-/* A failed send or recv, by its errno. */
+/* waiting_for: "cannot send to" or "no reply from". */
+static int fail_timeout(redis_conn *conn, const char *waiting_for) {
+  return fail(conn, "timeout: %s %s within %g s", waiting_for, conn->peer, conn->timeout);
+}
+
+/* A failed send or recv, by its errno (EAGAIN: SO_SNDTIMEO, SO_RCVTIMEO). */
 static int fail_io(redis_conn *conn, int error, const char *waiting_for) {
-  if (error == EAGAIN || error == EWOULDBLOCK)
-    return fail(conn, "timeout: %s %s within %g s", waiting_for, conn->peer, conn->timeout);
+  if (error == EAGAIN || error == EWOULDBLOCK) return fail_timeout(conn, waiting_for);
   if (error == ECONNRESET || error == EPIPE)
     return fail(conn, "%s closed the connection (%s)", conn->peer, strerror(error));
   return fail(conn, "%s: %s", conn->peer, strerror(error));
@@ -113,7 +117,7 @@ int redis_conn_send(redis_conn *conn, const char *data, size_t len) {
     } else if (sent < 0 && errno != EINTR) {
       return fail_io(conn, errno, "cannot send to");
     }
-    if (len > 0 && past(deadline)) return fail(conn, "timeout: cannot send to %s within %g s", conn->peer, conn->timeout);
+    if (len > 0 && past(deadline)) return fail_timeout(conn, "cannot send to");
   }
   return 0;
 }
@@ -153,7 +157,7 @@ redisReply *redis_conn_await(redis_conn *conn) {
     if (redis_conn_take(conn, &reply) != 0) return NULL;
     if (reply) return reply;
     if (past(deadline)) {
-      fail(conn, "timeout: no reply from %s within %g s", conn->peer, conn->timeout);
+      fail_timeout(conn, "no reply from");
       return NULL;
     }
     if (receive(conn, 0) != 0) return NULL;
