@@ -292,7 +292,7 @@ clean:
 	rm -rf $(BUILD)
 
 help:
-	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
+	@echo "make          build $(MODULE) and $(REDIS_MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"
