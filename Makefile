@@ -18,24 +18,34 @@ MODULE_FLAGS := -fPIC -fvisibility=hidden
 # The layers' sources: the engine's (the wheel and the engine: no Lua), then
 # the binding's (src/lhwt*.c).
 BINDING_SRC := $(sort $(wildcard src/lhwt*.c))
-ENGINE_SRC  := $(filter-out $(BINDING_SRC),$(sort $(wildcard src/*.c)))
+# hwt.redis (src/redis_*.c), the Redis client over libhiredis, is a module of
+# its own: no part of hwt.core, and the only one that links a library.
+REDIS_SRC   := $(sort $(wildcard src/redis_*.c))
+REDIS_HDR   := $(wildcard src/redis_*.h) src/compat.h
+REDIS_LIBS  := -lhiredis
+ENGINE_SRC  := $(filter-out $(BINDING_SRC) $(REDIS_SRC),$(sort $(wildcard src/*.c)))
 CORE_SRC    := $(ENGINE_SRC) $(BINDING_SRC)
-CORE_HDR    := $(wildcard src/*.h)
+CORE_HDR    := $(filter-out src/redis_%.h,$(wildcard src/*.h))
 BUILD      := build
 # Per interpreter, so that switching LUA never reuses a stale module.
 OUT        := $(BUILD)/$(LUA)
 MODULE     := $(OUT)/hwt/core.so
+REDIS_MODULE := $(OUT)/hwt/redis.so
 CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-traces bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
-        test-all-luas all-luas rock rock-install
+        test-all-luas all-luas rock rock-install rock-redis rock-redis-install
 
-all: $(MODULE)
+all: $(MODULE) $(REDIS_MODULE)
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
+
+$(REDIS_MODULE): $(REDIS_SRC) $(REDIS_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) $(CFLAGS) $(LUA_CFLAGS) $(MODULE_FLAGS) -shared -o $@ $(REDIS_SRC) $(REDIS_LIBS)
 
 # LuaRocks' two passes (hwt-scm-1.rockspec, build.type "make"), with the
 # headers, flags, interpreter and install directories that LuaRocks passes.
@@ -50,6 +60,19 @@ rock:
 	@test -n "$(LUA_INCDIR)" || { echo "make rock: no LUA_INCDIR (luarocks make hwt-scm-1.rockspec passes it)"; exit 1; }
 	@mkdir -p $(ROCK_OUT)/hwt
 	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" $(LIBFLAG) -pthread -o $(ROCK_OUT)/hwt/core.so $(CORE_SRC) -ldl
+
+# hwt-redis-scm-1.rockspec's two passes: hwt.redis alone, against the
+# libhiredis LuaRocks found (HIREDIS_INCDIR holds hiredis/hiredis.h).
+rock-redis:
+	@test -n "$(LUA_INCDIR)" || { echo "make rock-redis: no LUA_INCDIR (luarocks make hwt-redis-scm-1.rockspec passes it)"; exit 1; }
+	@mkdir -p $(ROCK_OUT)/hwt
+	$(CC) -std=c11 $(CFLAGS) $(MODULE_FLAGS) -I"$(LUA_INCDIR)" -I"$(HIREDIS_INCDIR)" $(LIBFLAG) \
+	  -o $(ROCK_OUT)/hwt/redis.so $(REDIS_SRC) -L"$(HIREDIS_LIBDIR)" $(REDIS_LIBS)
+
+rock-redis-install:
+	@test -n "$(INST_LIBDIR)" || { echo "make rock-redis-install: no INST_LIBDIR (luarocks passes it)"; exit 1; }
+	mkdir -p "$(INST_LIBDIR)/hwt"
+	cp $(ROCK_OUT)/hwt/redis.so "$(INST_LIBDIR)/hwt/"
 
 # The LuaLS annotations go to the rock's own directory (INST_PREFIX, LuaRocks'
 # PREFIX): `luarocks show --rock-dir hwt` prints it, and its library/ is what
@@ -67,6 +90,10 @@ rock-install:
 $(OUT)/asan/hwt/core.so: $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) $(MODULE_FLAGS) -pthread -shared -o $@ $(CORE_SRC) -ldl
+
+$(OUT)/asan/hwt/redis.so: $(REDIS_SRC) $(REDIS_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARNINGS) -O1 -g $(SANITIZE) $(LUA_CFLAGS) $(MODULE_FLAGS) -shared -o $@ $(REDIS_SRC) $(REDIS_LIBS)
 
 $(BUILD)/test_%: test/unit/test_%.c $(ENGINE_SRC) $(CORE_HDR) test/unit/splitmix64.h test/unit/check.h
 	@mkdir -p $(BUILD)
@@ -155,7 +182,7 @@ deps:
 test: deps all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) sh test/run.sh
 
-asan-build: $(OUT)/asan/hwt/core.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
+asan-build: $(OUT)/asan/hwt/core.so $(OUT)/asan/hwt/redis.so $(addprefix $(BUILD)/asan/,$(C_TESTS)) $(BUILD)/tsan/test_engine \
             $(OUT)/tsan/host_threads $(OUT)/asan/close_host $(OUT)/tsan/close_host
 
 # The plain half (busted specs, examples) on lua5.1, lua5.2, lua5.3 and
@@ -265,7 +292,7 @@ clean:
 	rm -rf $(BUILD)
 
 help:
-	@echo "make          build $(MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
+	@echo "make          build $(MODULE) and $(REDIS_MODULE) (LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit)"
 	@echo "make demo     run examples/retry.lua"
 	@echo "make test     C tests, busted specs, examples; then again under ASan+UBSan"
 	@echo "make check    make test plus fuzzers, TSan stress, allocation failures, soak, bench smoke"

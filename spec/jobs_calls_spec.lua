@@ -457,7 +457,7 @@ describe("hwt.jobs 0.3 calls #redis", function()
 
     it("q:run_for with a client it cannot listen through: reported once, and the worker goes on", function()
       local q, timer, errors = new_queue({ connect = function()
-        local client = js.connect_to()          -- redis-lua, its socket hidden
+        local client = js.connect_to()          -- wrapped: neither hwt.redis nor redis-lua to a listener
         return setmetatable({}, { __index = function(_, name)
           local value = name ~= "network" and client[name] or nil
           if type(value) ~= "function" then return value end
@@ -472,7 +472,7 @@ describe("hwt.jobs 0.3 calls #redis", function()
       q:run_for(0.3)
       assert.equals(1, #ran)
       assert.equals(1, #errors)
-      assert.matches("cannot listen for jobs other processes schedule %(the client has no LuaSocket socket", errors[1].err)
+      assert.matches("cannot listen for jobs other processes schedule %(the client is neither hwt.redis nor redis%-lua", errors[1].err)
       q:stop()
       timer:stop()
     end)

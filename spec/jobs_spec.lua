@@ -20,15 +20,18 @@ local server
 
 -- A connect() for `on` (default: the spec's server) whose first script reply
 -- (EVALSHA or EVAL) gets, in place of its result, one row of one field: a
--- reply of the wrong shape.
+-- reply of the wrong shape. Its clients wrap the real ones.
 local function connect_corrupting_once(on)
   local corrupt = true
   return function()
     local client = connect_to(on)
+    local wrapper = setmetatable({}, { __index = function(_, name)
+      local method = client[name]
+      return function(_, ...) return method(client, ...) end
+    end })
     for _, command in ipairs({ "evalsha", "eval" }) do
-      local send = client[command]
-      client[command] = function(...)
-        local reply = send(...)
+      wrapper[command] = function(_, ...)
+        local reply = client[command](client, ...)
         if corrupt and type(reply) == "table" then
           corrupt = false
           reply[2] = { { "?" } }
@@ -36,7 +39,7 @@ local function connect_corrupting_once(on)
         return reply
       end
     end
-    return client
+    return wrapper
   end
 end
 
@@ -275,7 +278,7 @@ describe("hwt.jobs #redis", function()
       local seen = {}
       local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = err end })
       local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 0 },
-        connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = server.port }) end })
+        connect = function() return connect_to() end })
       q:handle("boom", function() error("boom", 0) end)
       assert(q:start())
       assert(q:schedule("boom", 0))
@@ -310,7 +313,7 @@ describe("hwt.jobs #redis", function()
       local seen = {}
       local timer = hwt.new({ tick = TICK, on_error = function(err) seen[#seen + 1] = tostring(err) end })
       local q = jobs.redis({ timer = timer, key = fresh_key(), retry = { retries = 1, delay = 0.01 },
-        connect = function() return redis_server.redis.connect({ host = "127.0.0.1", port = own.port, timeout = 1 }) end })
+        connect = function() return connect_to(own) end })
       local calls = 0
       q:handle("j", function()
         calls = calls + 1
@@ -611,7 +614,7 @@ describe("hwt.jobs #redis", function()
         local client = connect_to()
         if owing then                       -- INCR sent, its reply left unread
           owing = false
-          client.network.socket:send("*2\r\n$4\r\nINCR\r\n$9\r\nsomewhere\r\n")
+          js.send_unread(client, { "INCR", "somewhere" })
         end
         return client
       end })

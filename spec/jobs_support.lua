@@ -1,16 +1,23 @@
 -- The helpers of the hwt.jobs specs (spec/jobs_spec.lua, spec/jobs_calls_spec.lua):
 -- queues on a real redis-server that a spec file starts and names with
 -- use(server), clients of it, and waits bounded in time.
+--
+-- The queues' client is redis_server.CLIENT: hwt.redis on Lua 5.4, redis-lua
+-- elsewhere (HWT_JOBS_CLIENT picks one). The specs' own checks of Redis use
+-- redis-lua.
 package.path = "test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local jobs = require("hwt.jobs")
 local redis_server = require("redis_server")
 local socket = require("socket")
 
+local unpack = table.unpack or unpack
 local M = {}
 
 local TICK = 0.005
 local WITHIN = 5                -- seconds: a bound for "soon"; a run longer has failed
+
+local CLIENT = redis_server.CLIENT
 
 local server                    -- the spec file's: use(server)
 local key_number = 0
@@ -20,10 +27,18 @@ local function fresh_key()
   return "spec:jobs:" .. key_number
 end
 
--- A redis-lua client of `on` (default: the spec's server) that gives up
+-- A client (CLIENT) of `on` (default: the spec's server) that gives up
 -- waiting for a reply after `timeout` seconds (default 1).
 local function connect_to(on, timeout)
-  return redis_server.redis.connect({ host = "127.0.0.1", port = (on or server).port, timeout = timeout or 1 })
+  return redis_server.connect_client((on or server).port, timeout or 1)
+end
+
+-- Sends `command` on a client of connect_to and leaves its reply unread.
+local function send_unread(client, command)
+  if CLIENT == "hwt.redis" then return assert(client:send(command[1], unpack(command, 2))) end
+  local resp = { "*" .. #command .. "\r\n" }
+  for _, part in ipairs(command) do resp[#resp + 1] = "$" .. #part .. "\r\n" .. part .. "\r\n" end
+  assert(client.network.socket:send(table.concat(resp)))
 end
 
 -- A queue on `server` (or opts.server) with a fresh key (or opts.key) and a
@@ -104,7 +119,8 @@ end
 -- The redis-server the helpers use by default.
 function M.use(started) server = started end
 
-M.TICK, M.WITHIN = TICK, WITHIN
+M.TICK, M.WITHIN, M.CLIENT = TICK, WITHIN, CLIENT
+M.send_unread = send_unread
 M.fresh_key, M.connect_to, M.new_queue, M.run_until = fresh_key, connect_to, new_queue, run_until
 M.count_runs, M.settled, M.redis_count, M.fresh_jobs_module, M.stall =
   count_runs, settled, redis_count, fresh_jobs_module, stall

@@ -13,6 +13,8 @@ command -v "$LUA" >/dev/null 2>&1 || missing="$missing $interpreter"
 pkg-config --exists "$LUA" 2>/dev/null || missing="$missing $dev pkg-config"
 command -v busted >/dev/null 2>&1 || missing="$missing lua-busted"
 command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || missing="$missing build-essential"
+# hwt.redis, the Redis client module that make builds beside hwt.core.
+[ -f /usr/include/hiredis/hiredis.h ] || missing="$missing libhiredis-dev"
 # The event-loop examples that the tests run.
 "$LUA" -e 'require "luv"' 2>/dev/null || missing="$missing lua-luv"
 "$LUA" -e 'require "cqueues"' 2>/dev/null || missing="$missing lua-cqueues"

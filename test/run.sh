@@ -8,7 +8,7 @@
 #               real nginx when there is one) and
 #               hwt.jobs across worker processes (test/host/jobs_test.lua: a real
 #               redis-server, then a real 3-node Redis Cluster) against the plain build; specs (but hwt.jobs', tagged
-#               #redis) and examples plus memory
+#               #redis; hwt.redis' is run) and examples plus memory
 #               scenarios under ASan+UBSan (leak detection on); the
 #               engine's C test under TSan.
 #   make check: all of that on every Lua (HWT_OTHER_LUAS), plus the
@@ -67,11 +67,14 @@ run_c_tests() {  # run_c_tests DIR
 # Under the sanitizers the specs tagged #redis (hwt.jobs against a real
 # redis-server: Lua code and Redis round trips, which the plain runs cover on
 # every Lua) are left out: those runs are for hwt's C code, which the other
-# specs and the chaos runs drive.
-run_busted() {  # run_busted CPATH LABEL
+# specs and the chaos runs drive. hwt.redis' own spec, C code too, runs
+# there by name (SPEC).
+run_busted() {  # run_busted CPATH LABEL [SPEC]
   excluded=""
-  [ -z "$SANITIZER_ENV" ] || excluded="--exclude-tags=redis"
-  env LUA="$LUA" LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" $excluded -o plainTerminal >"$log" 2>&1
+  [ -z "$SANITIZER_ENV" ] || [ -n "${3:-}" ] || excluded="--exclude-tags=redis"
+  # shellcheck disable=SC2086  # $excluded: one word or none
+  env LUA="$LUA" LUA_CPATH="$1;;" $SANITIZER_ENV "$LUA" "$BUSTED" --cpath="$1" $excluded -o plainTerminal ${3:-} \
+    >"$log" 2>&1
   status=$?
   summary=$(grep -E '^[0-9]+ successes? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$log" | tail -n 1)
   if [ "$status" -ne 0 ] || [ -z "$summary" ]; then cat "$log"; fi
@@ -155,6 +158,7 @@ if [ "${HWT_ONLY:-}" != plain ]; then
   # Debian's lua is not instrumented: preload the runtimes for it alone.
   SANITIZER_ENV="LD_PRELOAD=$sanitizer_runtime"
   run_busted "$OUT/asan/?.so" "busted specs ($LUA, asan+ubsan)"
+  run_busted "$OUT/asan/?.so" "hwt.redis spec ($LUA, asan+ubsan)" spec/redis_client_spec.lua
   run_examples "$OUT/asan/?.so" "examples ($LUA, asan+ubsan)"
   # shellcheck disable=SC2086
   run_lua_scripts "$OUT/asan/?.so" "memory scenarios ($LUA, asan+ubsan, leaks)" test/stress/memory.lua $memory_scenarios

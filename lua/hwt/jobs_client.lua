@@ -1,11 +1,12 @@
 -- hwt.jobs_client: the adapter, the only code that knows a Redis client.
--- A client is whatever `connect()` returns: redis-lua (raises on errors) or
--- lua-resty-redis (returns nil, err). A client whose call failed or timed
--- out is closed, never reused: a reply it still owes would be read as the
--- answer to the next request. Without `release` the queue keeps one idle
--- client for the next call; with it, each call's client is handed back (in
--- OpenResty: `release = function(red) red:set_keepalive(10000, 32) end`,
--- because a cosocket cannot outlive the light thread that made it).
+-- A client is whatever `connect()` returns: hwt.redis or redis-lua (both
+-- raise on errors) or lua-resty-redis (returns nil, err). A client whose
+-- call failed or timed out is closed, never reused: a reply it still owes
+-- would be read as the answer to the next request. Without `release` the
+-- queue keeps one idle client for the next call; with it, each call's
+-- client is handed back (in OpenResty: `release = function(red)
+-- red:set_keepalive(10000, 32) end`, because a cosocket cannot outlive the
+-- light thread that made it).
 --
 -- A failed request is REFUSED when Redis did not run it (no connection,
 -- SCRIPT LOAD failed, an error reply), UNKNOWN when it may have run (the
@@ -47,10 +48,12 @@ local function hand_back(q, client)
   end
 end
 
--- client:command(...) for either client: the reply; or nil, the error, and
+-- client:command(...) for any of them: the reply; or nil, the error, and
 -- true when it is an error reply (Redis answered, with the whole reply:
--- lua-resty-redis returns false, err for it; redis-lua raises "redis
--- error: ..." for it and other errors when the connection fails).
+-- lua-resty-redis returns false, err for it; hwt.redis and redis-lua raise
+-- "redis error: ..." for it, and other messages when the connection failed
+-- or timed out: hwt.redis "hwt.redis: ...", redis-lua "connection error: ..."
+-- and others; after such a failure the client is closed, never reused).
 local function call(client, command, ...)
   local ok, reply, err = pcall(client[command], client, ...)
   if not ok then

@@ -9,12 +9,14 @@
 --
 -- A listener reads from the socket of a client its queue's connect() made,
 -- used for nothing else:
+--   hwt.redis (its client has getfd() and dirty(), as a LuaSocket socket
+--     has): subscribed with send(), its messages taken with ready_replies(),
+--     which never waits;
 --   redis-lua (a LuaSocket socket, client.network.socket): subscribed with a
---     command written on the socket, its messages read without blocking
---     when the socket is readable: in q:run_for() (a plain Lua worker,
---     which waits for the socket and the timer together), or where the
---     timer's host driver watches the socket (hooks.watch: hwt.luv,
---     hwt.cqueues);
+--     command written on the socket, its messages read without blocking;
+-- either when the socket is readable: in q:run_for() (a plain Lua worker,
+-- which waits for the socket and the timer together), or where the timer's
+-- host driver watches the socket (hooks.watch: hwt.luv, hwt.cqueues);
 --   lua-resty-redis (subscribe, read_reply): in a light thread of its own
 --     (hooks.thread: hwt.ngx), as nginx's cosockets need.
 -- A listener that fails (its connection closed, Redis gone) is dropped; the
@@ -97,26 +99,38 @@ local function heard(listener, values)
   end
 end
 
--- Reads what the socket holds now (it never blocks) and passes on the
--- messages; false when the connection is gone.
-function Listener:read()
-  local socket = self.socket
-  if not socket then return false end
+-- The whole replies that have come on a redis-lua client's LuaSocket
+-- socket (it never blocks); nil and why when the connection is gone.
+local function socket_replies(listener)
+  local socket = listener.socket
   repeat
     local data, err, partial = socket:receive(READ_SIZE)
     local chunk = data or partial
-    if chunk and chunk ~= "" then self.buffer = self.buffer .. chunk end
-    if err == "closed" then
-      self:close()
-      return false
-    end
+    if chunk and chunk ~= "" then listener.buffer = listener.buffer .. chunk end
+    if err == "closed" then return nil, "the connection closed" end
   until not data
-  local values, rest = M.values(self.buffer)
+  local values, rest = M.values(listener.buffer)
+  if not values then return nil, rest end
+  listener.buffer = rest
+  return values
+end
+
+-- The same from an hwt.redis client: its ready_replies() never waits.
+local function client_replies(listener)
+  local ok, values = pcall(listener.client.ready_replies, listener.client)
+  if not ok then return nil, tostring(values) end
+  return values
+end
+
+-- Reads what has come (it never blocks) and passes on the messages; false
+-- when the connection is gone.
+function Listener:read()
+  if self.closed or not self.socket then return false end
+  local values = self:replies()
   if not values then
     self:close()
     return false
   end
-  self.buffer = rest
   heard(self, values)
   return true
 end
@@ -131,46 +145,71 @@ end
 
 function Listener:is_open() return not self.closed end
 
--- A connection of the queue subscribed to `channel`, through its LuaSocket
--- socket (redis-lua): the listener; or nil and why not.
-local function subscribe_socket(connect, channel)
-  local ok, client, err = pcall(connect)
-  if not ok or not client then return nil, "cannot connect: " .. tostring(ok and err or client) end
+-- SUBSCRIBE to the listener's channel, on a redis-lua client's socket or
+-- through an hwt.redis client: true, or false and why.
+local function socket_subscribe(listener)
+  local socket = listener.socket
+  socket:settimeout(SUBSCRIBE_TIMEOUT)
+  local sent, err = socket:send(subscribe_command(listener.channel))
+  socket:settimeout(0)                                 -- reads take what has come
+  return sent ~= nil, err
+end
+
+local function client_subscribe(listener)
+  return pcall(listener.client.send, listener.client, "SUBSCRIBE", listener.channel)
+end
+
+-- The listener of `client` on `channel`: `socket` is what it waits on
+-- (anything with getfd(), for socket.select and the hosts' watch); or nil
+-- and why the client cannot listen.
+local function listener_of(client, channel)
+  local hiredis = package.loaded["hwt.redis"]
+  if hiredis and hiredis.is_client(client) then
+    return setmetatable({ client = client, socket = client, channel = channel,
+                          replies = client_replies, subscribe = client_subscribe }, Listener)
+  end
   local socket = type(client) == "table" and type(client.network) == "table" and client.network.socket
   if type(socket) ~= "userdata" or not socket.getfd then
-    close_quietly(client)
-    return nil, "the client has no LuaSocket socket (client.network.socket) to listen on"
+    return nil, "the client is neither hwt.redis nor redis-lua (a LuaSocket socket, client.network.socket) to listen on"
   end
-  socket:settimeout(SUBSCRIBE_TIMEOUT)
-  local sent, send_err = socket:send(subscribe_command(channel))
-  socket:settimeout(0)                                 -- reads take what has come
-  local listener = setmetatable({ client = client, socket = socket, channel = channel, buffer = "" }, Listener)
-  if not sent then
-    listener:close()
-    return nil, "SUBSCRIBE: " .. tostring(send_err)
-  end
-  -- The confirmation: *3 subscribe <channel> <count>.
+  return setmetatable({ client = client, socket = socket, channel = channel, buffer = "",
+                        replies = socket_replies, subscribe = socket_subscribe }, Listener)
+end
+
+-- Waits up to SUBSCRIBE_TIMEOUT for SUBSCRIBE's confirmation (*3 subscribe
+-- <channel> <count>), the first reply; what comes with it is left to the
+-- round that follows, which asks Redis. True, or false and why.
+local function confirmed(listener)
   local select, gettime = require("socket").select, require("socket").gettime
   local give_up = gettime() + SUBSCRIBE_TIMEOUT
   while true do
-    local values = M.values(listener.buffer)
-    local first = values and values[1]
-    if type(first) == "table" and first[1] == "subscribe" then break end
+    local values, err = listener:replies()
+    if not values then return false, err end
+    local first = values[1]
+    if type(first) == "table" and first[1] == "subscribe" then return true end
+    if first ~= nil then return false, "a reply that is not its confirmation: " .. tostring(first) end
     local left = give_up - gettime()
-    if left <= 0 then
-      listener:close()
-      return nil, "SUBSCRIBE: no confirmation within " .. SUBSCRIBE_TIMEOUT .. " s"
-    end
-    select({ socket }, nil, left)
-    local data, receive_err, partial = socket:receive(READ_SIZE)
-    listener.buffer = listener.buffer .. (data or partial or "")
-    if receive_err == "closed" then
-      listener:close()
-      return nil, "SUBSCRIBE: the connection closed"
-    end
+    if left <= 0 then return false, "no confirmation within " .. SUBSCRIBE_TIMEOUT .. " s" end
+    select({ listener.socket }, nil, left)
   end
-  local _, rest = M.values(listener.buffer)
-  listener.buffer = rest
+end
+
+-- A connection of the queue subscribed to `channel`: the listener; or nil
+-- and why not.
+local function subscribe(connect, channel)
+  local ok, client, err = pcall(connect)
+  if not ok or not client then return nil, "cannot connect: " .. tostring(ok and err or client) end
+  local listener, unfit = listener_of(client, channel)
+  if not listener then
+    close_quietly(client)
+    return nil, unfit
+  end
+  local subscribed, why = listener:subscribe()
+  if subscribed then subscribed, why = confirmed(listener) end
+  if not subscribed then
+    listener:close()
+    return nil, "SUBSCRIBE: " .. tostring(why)
+  end
   return listener
 end
 
@@ -179,7 +218,7 @@ end
 -- A listener for q, read by whoever watches its socket; nil and why not.
 -- on_message(seconds) is called for each message.
 function M.open_socket(q, on_message)
-  local listener, err = subscribe_socket(q.connect, q.keys.wake_channel)
+  local listener, err = subscribe(q.connect, q.keys.wake_channel)
   if not listener then return nil, err end
   listener.on_message = on_message
   return listener

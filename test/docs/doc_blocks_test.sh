@@ -5,7 +5,7 @@
 #               a scratch directory (LUA_PATH lua/, LUA_CPATH the build; a block
 #               that sets package.path or package.cpath to a path of its own
 #               runs without them; one that adds to them, with them), within BLOCK_TIMEOUT s: it must exit 0 and write nothing
-#               to stderr. A block that requires hwt.jobs runs against a
+#               to stderr. A block that requires hwt.jobs or hwt.redis runs against a
 #               private redis-server on a free 127.0.0.1 port.
 #   ```nginx    a whole nginx.conf (it has an events block) is started for real
 #               on a free 127.0.0.1 port with hwt built for LuaJIT
@@ -173,7 +173,7 @@ start_redis() {  # start_redis DOC_PORT: sets redis_port_<DOC_PORT>
 run_lua() {
   mkdir -p "$2"
   sed -e "s|/path/to/hwt|$ROOT|g" -e "s|$ROOT/build/lua5.4/|$OUT/|g" "$1" >"$2/example.lua"
-  if grep -q 'hwt\.jobs' "$2/example.lua"; then
+  if grep -q 'hwt\.jobs\|hwt\.redis' "$2/example.lua"; then
     for doc_port in $DOC_REDIS_PORTS; do
       grep -q "$doc_port" "$2/example.lua" || continue
       start_redis "$doc_port" || return 1

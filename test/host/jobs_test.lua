@@ -90,7 +90,7 @@ local function cleanup()
 end
 
 local function connect_to(server)
-  return function() return redis_server.redis.connect({ host = "127.0.0.1", port = server.port, timeout = 1 }) end
+  return function() return redis_server.connect_client(server.port, 1) end   -- hwt.redis on Lua 5.4
 end
 
 -- A queue on the servers, named in `order` (default: as started).

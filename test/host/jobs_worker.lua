@@ -22,7 +22,7 @@ local pid = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
 
 local connects = {}
 for port in ports:gmatch("%d+") do
-  connects[#connects + 1] = function() return server.redis.connect({ host = "127.0.0.1", port = port, timeout = 1 }) end
+  connects[#connects + 1] = function() return server.connect_client(port, 1) end   -- hwt.redis on Lua 5.4
 end
 local timer = hwt.new({ tick = 0.005 })
 local queue = jobs.redis({

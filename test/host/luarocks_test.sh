@@ -2,12 +2,16 @@
 # LuaRocks as a user meets it, with Debian's luarocks: in a copy of the
 # sources (the work tree itself stays untouched) that `make` has built first,
 #   luarocks --lua-version=5.4 --tree A make hwt-scm-1.rockspec
+#   luarocks --lua-version=5.4 --tree A make hwt-redis-scm-1.rockspec
 #   luarocks --lua-version=5.1 --tree B make hwt-scm-1.rockspec
 # Checks, each counted:
 #   install (5.4), install (5.1)   luarocks exits 0
 #   load (5.4), load (5.1)         with package.path/cpath pointing at the tree
 #                                  alone, require("hwt") and hwt.core load and a
 #                                  manual-clock timeout runs
+#   hwt-redis (5.4)                the rock of hwt.redis installs beside it,
+#                                  and loads from the tree (a refused connect
+#                                  raises its message)
 #   source tree after 5.4, 5.1     no file or directory of the copy is new or
 #                                  changed by that install (make's build/lua5.4
 #                                  and the other install's build included), but
@@ -37,8 +41,21 @@ snapshot() {  # snapshot DIR
   (cd "$1" && { find . -type f -exec cksum {} +; find . ! -type f | sed 's/^/- - /'; }) | sort -k 3
 }
 
-install() {  # install VERSION TREE: luarocks make from the copy
-  (cd "$work/src" && luarocks --lua-version="$1" --tree "$2" make hwt-scm-1.rockspec) >"$work/log" 2>&1
+install() {  # install VERSION TREE [ROCKSPEC]: luarocks make from the copy
+  (cd "$work/src" && luarocks --lua-version="$1" --tree "$2" make "${3:-hwt-scm-1.rockspec}") >"$work/log" 2>&1
+}
+
+# Loads hwt.redis from TREE alone; a connect to a closed port raises.
+load_redis() {  # load_redis LUA VERSION TREE
+  (cd "$work" && HWT_TREE=$3 LUA_PATH="" LUA_CPATH="$3/lib/lua/$2/?.so" "$1" -e '
+      local tree = os.getenv("HWT_TREE")
+      local redis = require("hwt.redis")
+      local file = package.searchpath and package.searchpath("hwt.redis", package.cpath) or "(5.1)"
+      assert(file == "(5.1)" or file:sub(1, #tree) == tree, "hwt.redis not from the tree: " .. file)
+      local ok, err = pcall(redis.connect, "127.0.0.1", 1, 1)
+      assert(not ok and tostring(err):find("cannot connect", 1, true), tostring(err))
+      print("hwt.redis from " .. file .. ": " .. tostring(err))') \
+    >"$work/log" 2>&1 && sed 's/^/  /' "$work/log"
 }
 
 # Loads hwt from TREE alone (no default paths) and runs a timeout on the
@@ -91,8 +108,10 @@ tree_b=$work/tree-5.1
 
 install 5.4 "$tree_a"; check "install (5.4, --tree)" $? "$work/log"
 load lua5.4 5.4 "$tree_a"; check "load (5.4): require(\"hwt\") from the tree, a timeout runs" $? "$work/log"
+install 5.4 "$tree_a" hwt-redis-scm-1.rockspec; check "install hwt-redis (5.4, the same tree)" $? "$work/log"
+load_redis lua5.4 5.4 "$tree_a"; check "load (5.4): require(\"hwt.redis\") from the tree" $? "$work/log"
 source_unchanged "$work/source0" lua5.4
-check "source tree after the 5.4 install: nothing new or changed but build/rock-lua5.4/" $? "$work/log"
+check "source tree after the 5.4 installs: nothing new or changed but build/rock-lua5.4/" $? "$work/log"
 
 snapshot "$work/src" >"$work/source1"
 snapshot "$tree_a" >"$work/tree_a0"

@@ -1,7 +1,10 @@
 -- A private redis-server for the tests of hwt.jobs: on a free 127.0.0.1 port,
 -- in a scratch directory, every wait bounded. Also puts Debian's redis-lua on
 -- package.path for Lua 5.4 (Debian ships it for 5.1-5.3; it is plain Lua over
--- LuaSocket, which Debian ships for 5.4 too).
+-- LuaSocket, which Debian ships for 5.4 too), and names the client the
+-- tests' queues use (M.CLIENT, M.connect_client): hwt.redis on Lua 5.4
+-- (Debian packages no other client for it), redis-lua on 5.1-5.3 and
+-- LuaJIT; HWT_JOBS_CLIENT=hwt.redis or redis-lua picks one.
 local socket = require("socket")
 
 local M = {}
@@ -14,6 +17,15 @@ if not package.path:find("/usr/share/lua/5.3/?.lua", 1, true) then
 end
 local redis = require("redis")
 M.redis = redis
+
+M.CLIENT = os.getenv("HWT_JOBS_CLIENT") or (_VERSION == "Lua 5.4" and "hwt.redis" or "redis-lua")
+
+-- A client (M.CLIENT) of the server on `port` whose calls give up after
+-- `timeout` seconds.
+function M.connect_client(port, timeout)
+  local module = M.CLIENT == "hwt.redis" and require("hwt.redis") or redis
+  return module.connect({ host = "127.0.0.1", port = tonumber(port), timeout = timeout })
+end
 
 local function bindable(port)
   local probe = socket.bind("127.0.0.1", port)
@@ -92,6 +104,7 @@ function Server:start()
       args[#args + 1] = a
     end
   end
+  if self.path then for _, a in ipairs({ "--unixsocket", self.path }) do args[#args + 1] = a end end
   if self.durable then
     for _, a in ipairs({ "--appendonly", "yes", "--appendfsync", "everysec" }) do args[#args + 1] = a end
   else
@@ -134,17 +147,19 @@ function Server:destroy()
   os.execute("rm -rf '" .. self.dir .. "'")
 end
 
--- M.start{ durable = bool, cluster_node_timeout_ms = n } -> a running
--- server: .port, :connect(), :stop([signal]), :start(), :destroy(). With
--- cluster_node_timeout_ms it is a Redis Cluster node (test/host/redis_cluster.lua
--- joins nodes into a cluster).
+-- M.start{ durable = bool, unix = bool, cluster_node_timeout_ms = n } -> a
+-- running server: .port, .path (its unix socket, with opts.unix),
+-- :connect(), :stop([signal]), :start(), :destroy(). With
+-- cluster_node_timeout_ms it is a Redis Cluster node
+-- (test/host/redis_cluster.lua joins nodes into a cluster).
 function M.start(opts)
   opts = opts or {}
   local dir = shell("mktemp -d /tmp/hwt-redis.XXXXXX"):gsub("%s+$", "")
   local cluster = opts.cluster_node_timeout_ms ~= nil
   local server = setmetatable({ port = cluster and free_cluster_port() or free_port(), dir = dir,
                                 durable = opts.durable, cluster = cluster,
-                                cluster_node_timeout_ms = opts.cluster_node_timeout_ms }, Server)
+                                cluster_node_timeout_ms = opts.cluster_node_timeout_ms,
+                                path = opts.unix and dir .. "/redis.sock" or nil }, Server)
   server:start()
   return server
 end
