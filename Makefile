@@ -35,9 +35,16 @@ CPATH      := $(OUT)/?.so
 RUN_ENV     = LUA_PATH='lua/?.lua;;' LUA_CPATH='$(CPATH);;'
 
 .PHONY: all test check asan asan-build demo bench bench-quick bench-deps bench-shared bench-idle bench-reset bench-floor bench-traces bench-contract bench-wake bench-nginx bench-jobs soak chaos fuzz clean help deps deps-check \
-        test-all-luas all-luas rock rock-install rock-redis rock-redis-install
+        test-all-luas all-luas rock rock-install rock-redis rock-redis-install no-hiredis
 
-all: $(MODULE) $(REDIS_MODULE)
+# hwt.redis is built where libhiredis' headers are (Debian: libhiredis-dev,
+# which `make test` and `make demo` install); a timer needs none of it.
+HAVE_HIREDIS := $(shell printf '\043include <hiredis/hiredis.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)
+
+all: $(MODULE) $(if $(HAVE_HIREDIS),$(REDIS_MODULE),no-hiredis)
+
+no-hiredis:
+	@echo "make: hwt.redis not built (no hiredis/hiredis.h: apt-get install libhiredis-dev)" >&2
 
 $(MODULE): $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
