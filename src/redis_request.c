@@ -75,7 +75,8 @@ static void add_argument(lua_State *L, redis_request *request, int arg) {
   }
   case LUA_TNUMBER: {
     char digits[NUMBER_SIZE];
-    add_bulk(L, request, digits, format_number(L, arg, digits));
+    size_t len = format_number(L, arg, digits);
+    add_bulk(L, request, digits, len);
     break;
   }
   default:
