@@ -291,7 +291,8 @@ bench-wake: bench-deps all
 bench-nginx: deps
 	@sh bench/nginx_bench.sh
 
-# hwt.jobs against a hand-written Redis polling loop (bench/README.md).
+# hwt.jobs beside BullMQ on one private redis-server (bench/README.md); BullMQ
+# comes from the npm registry into build/bullmq, for this benchmark only.
 bench-jobs: deps all
 	@sh bench/jobs_bench.sh
 
@@ -317,5 +318,5 @@ help:
 	@echo "make bench-contract  hwt against the contract's floor (the API's Lua-side work alone)"
 	@echo "make bench-wake  CPU per wake-up: the floor, timer:run(), a wait()/poll() loop"
 	@echo "make bench-nginx hwt.ngx in nginx: idle wake-ups, lateness, throughput vs ngx.timer.at"
-	@echo "make bench-jobs  hwt.jobs on Redis vs a ZRANGEBYSCORE polling loop"
+	@echo "make bench-jobs  hwt.jobs vs BullMQ on one redis-server (BullMQ from npm, under build/)"
 	@echo "make asan     only the sanitizer runs (ASan+UBSan; the engine under TSan)"
