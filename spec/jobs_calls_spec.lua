@@ -455,6 +455,23 @@ describe("hwt.jobs 0.3 calls #redis", function()
       timer:stop()
     end)
 
+    it("q:run_for runs a backlog batch after batch, not `concurrency` jobs a tick", function()
+      local timer = hwt.new({ tick = 0.2 })
+      local q = new_queue({ timer = timer, concurrency = 2 })
+      local ran = 0
+      q:handle("x", function() ran = ran + 1 end)
+      local list = {}
+      for i = 1, 100 do list[i] = { name = "x", delay = 0, payload = i } end
+      assert(q:schedule_many(list))
+      assert(q:start())
+      q:run_for(0.5)                              -- as tasks, a few batches of 2
+      assert.equals(100, ran)
+      q:stop()
+      q:run_for(0.3)
+      assert.is_true(js.settled(q))
+      timer:stop()
+    end)
+
     it("q:run_for with a client it cannot listen through: reported once, and the worker goes on", function()
       local q, timer, errors = new_queue({ connect = function()
         local client = js.connect_to()          -- wrapped: neither hwt.redis nor redis-lua to a listener

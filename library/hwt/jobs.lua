@@ -258,7 +258,7 @@ function Queue:requeue(id, delay) end
 ---@return string|nil err
 function Queue:start() end
 
----Runs the queue's timer for `seconds`, as `timer:run_for` does, in a plain Lua worker process (no host driver): while nothing is due it waits for the timer and for the queue's wake messages together, so that a job another process schedules, due before every job this worker knew of, starts at its due time rather than at the next round. Returns how many of the timer's tasks ran. Raises for a timer a host driver drives or one on the manual clock.
+---Runs the queue's timer for `seconds`, as `timer:run_for` does, in a plain Lua worker process (no host driver): while nothing is due it waits for the timer and for the queue's wake messages together, so that a job another process schedules, due before every job this worker knew of, starts at its due time rather than at the next round. The jobs it claims run at once in its loop (batch after batch while there is a backlog, up to a tick at a time), not as tasks waiting for the timer's next tick. Returns how many of the timer's tasks and of the queue's jobs ran. Raises for a timer a host driver drives or one on the manual clock.
 ---@param seconds number finite, >= 0
 ---@return integer ran
 function Queue:run_for(seconds) end

@@ -53,6 +53,7 @@ local function new_queue(opts, o, shard)
     handlers = shard.handlers or {},
     running = 0,            -- jobs claimed by this worker and not yet settled
     outcomes = {},          -- settled here, not yet in Redis
+    ready = {}, ready_first = 1, ready_last = 0,   -- claimed, for q:run_for to start (hwt.jobs_worker)
     failures = 0,           -- rounds failed in a row
     outage = false,         -- a Redis failure was reported; no round succeeded since
     wake_at = huge,         -- when the wake is armed for (timer:now() scale)
@@ -388,7 +389,10 @@ end
 -- while nothing is due it waits for the timer and for the queue's listener
 -- together, so that a job another process schedules, due before every job
 -- this worker knew of, is heard of at once rather than at the next round.
--- Returns how many of the timer's tasks ran.
+-- The jobs it claims run at once, batch after batch while there is a
+-- backlog, for up to a tick at a time between the timer's other tasks
+-- (as tasks they would wait for the next tick). Returns how many of the
+-- timer's tasks and of the queue's jobs ran.
 function Queue:run_for(seconds)
   check_queue(self, "run_for")
   seconds = seconds_arg(seconds, "run_for", 1)
@@ -401,15 +405,21 @@ function Queue:run_for(seconds)
   local queues = self.shards or { self }
   for _, q in ipairs(queues) do q.run_by_queue = true end
   local timer = self.timer
+  local slice = timer:stats().tick        -- how long claimed jobs may hold off the timer's tasks
   local deadline, ran = timer:now() + seconds, 0
   while true do
     ran = ran + timer:poll()
+    ran = ran + worker.run_ready(queues, timer:now() + slice)
     local left = deadline - timer:now()
-    if left <= 0 then return ran end
-    local due_in = timer:next_due()
-    local wait = due_in and math.min(due_in, left) or left
-    if wait > 0 then worker.wait(queues, wait) end
+    if left <= 0 then break end
+    if not worker.has_ready(queues) then
+      local due_in = timer:next_due()
+      local wait = due_in and math.min(due_in, left) or left
+      if wait > 0 then worker.wait(queues, wait) end
+    end
   end
+  for _, q in ipairs(queues) do worker.leave_ready(q) end
+  return ran
 end
 
 -- Stops claiming. Running handlers finish and their outcomes reach Redis;

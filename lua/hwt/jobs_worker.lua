@@ -171,12 +171,74 @@ local function job_from(q, row, asked_at, redis_now)
   return job
 end
 
--- Starts each claimed job as an hwt task of its own (so a host driver runs
--- it as it runs any task); at max_pending it runs here instead.
+-- q's ready list is a queue: q.ready[q.ready_first .. q.ready_last].
+local function push_ready(q, job)
+  q.ready_last = q.ready_last + 1
+  q.ready[q.ready_last] = job
+end
+
+-- The next job of q's ready list, or nil.
+local function take_ready(q)
+  local first = q.ready_first
+  if first > q.ready_last then return nil end
+  local job = q.ready[first]
+  q.ready[first] = nil
+  if first == q.ready_last then
+    q.ready_first, q.ready_last = 1, 0      -- empty: it starts afresh
+  else
+    q.ready_first = first + 1
+  end
+  return job
+end
+
+-- Starts each claimed job: as an hwt task of its own, so that a host driver
+-- runs it as it runs any task (at max_pending it runs here instead); or,
+-- in q:run_for() (a plain Lua worker, which runs its tasks one after
+-- another anyway), on the queue's ready list, which run_for runs at once:
+-- a task would wait for the timer's next tick, so a worker with a backlog
+-- would run at most `concurrency` jobs a tick.
 local function start_jobs(q, rows, asked_at, redis_now)
   for _, row in ipairs(rows) do
     local job = job_from(q, row, asked_at, redis_now)
     q.running = q.running + 1
+    if q.run_by_queue then
+      push_ready(q, job)
+    elseif not q.timer:timeout(0, run_job, q, job) then
+      run_job(nil, q, job)
+    end
+  end
+end
+
+-- Runs the ready jobs of `queues` (the shards of one queue), in turn, until
+-- none is left or the timer's clock reaches `until_time` (the timer's other
+-- tasks then get their turn). Returns how many ran.
+function M.run_ready(queues, until_time)
+  local ran, timer = 0, queues[1].timer
+  repeat
+    local any = false
+    for _, q in ipairs(queues) do
+      local job = take_ready(q)
+      if job then
+        run_job(nil, q, job)
+        ran, any = ran + 1, true
+      end
+    end
+  until not any or timer:now() >= until_time
+  return ran
+end
+
+function M.has_ready(queues)
+  for _, q in ipairs(queues) do
+    if q.ready_first <= q.ready_last then return true end
+  end
+  return false
+end
+
+-- When q:run_for() returns: its ready jobs become tasks of the timer, for
+-- whoever drives it next.
+function M.leave_ready(q)
+  q.run_by_queue = false
+  for job in take_ready, q do
     if not q.timer:timeout(0, run_job, q, job) then run_job(nil, q, job) end
   end
 end
