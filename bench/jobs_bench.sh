@@ -10,7 +10,7 @@
 #   sh bench/jobs_bench.sh        (from the project root; builds with make all)
 # Env: ROUNDS, PARTS (schedule,run,late,idle,cpu,shards), N_SCHEDULE_BATCH,
 #      N_SCHEDULE_ONE, N_RUN, N_CPU, LATE_COUNT, LATE_RATE, LATE_DELAY,
-#      IDLE_SECONDS, CLIENT (redis-lua), BULLMQ=0 (skip BullMQ), LUA (lua5.4).
+#      IDLE_SECONDS, CLIENT (hwt.redis; or redis-lua), BULLMQ=0 (skip BullMQ), LUA (lua5.4).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -75,7 +75,7 @@ package_version() {
 
 versions() {
   printf '%s; %s; client %s' "$(redis-server --version | sed 's/ sha=.*//')" \
-    "$("$LUA" -v 2>&1 | cut -d' ' -f1-2)" "${CLIENT:-redis-lua}"
+    "$("$LUA" -v 2>&1 | cut -d' ' -f1-2)" "${CLIENT:-hwt.redis}"
   if [ "$1" != - ]; then
     printf '; node %s, BullMQ %s, ioredis %s' "$(node --version)" \
       "$(package_version "$1/bullmq")" "$(package_version "$1/ioredis")"

@@ -136,7 +136,7 @@ end
 -- their ids, or nil, a message and the kind.
 local function write_rows(shard, rows)
   local result, err, kind = eval(shard, scripts.schedule_many, shard.keys.schedule,
-                                 shard.codec.encode(rows, "list"), shard.id_stride, shard.id_offset)
+                                 shard.codec.encode_strings(rows), shard.id_stride, shard.id_offset)
   if result == nil then return nil, err, kind end
   shard.tally.scheduled = shard.tally.scheduled + result[2]
   local earliest = tonumber(result[3])

@@ -19,7 +19,9 @@ local tointeger = math.tointeger or function() return nil end
 -- lua-cjson's decoder refuses JSON nested deeper than this.
 M.MAX_DEPTH = 1000
 
-local NUMBER_FORMATS = { "%.14g", "%.15g", "%.16g", "%.17g" }   -- %.17g gives back every double
+-- Each tried in turn: the first whose text reads back as the number. %.15g
+-- gives back every double that 15 digits can; %.17g every double.
+local NUMBER_FORMATS = { "%.15g", "%.16g", "%.17g" }
 
 -- Where a value sits, for messages: path .. ".key", or path .. "[3]".
 local function child_path(path, key)
@@ -69,22 +71,33 @@ local function table_kind(t)
   return nil, ("is an array with a hole at [%d]: JSON would give null back there"):format(hole)
 end
 
-local write
+-- A refusal found under a value: why, and the keys from that value down to
+-- the refused part (filled in as write() returns through each level, so
+-- that a value written whole costs no path).
+local function refusal(why) return { why = why, keys = {} } end
+
 local TOO_DEEP = {}             -- write's refusal when tables nest too deep: M.encode words it
 
-local function write_table(out, t, path, depth, ancestors)
-  if ancestors[t] then return path .. " contains itself" end
+local function under(key, failed)
+  if failed ~= TOO_DEEP then table.insert(failed.keys, 1, key) end
+  return failed
+end
+
+local write
+
+local function write_table(out, t, depth, ancestors)
+  if ancestors[t] then return refusal("contains itself") end
   if depth > M.MAX_DEPTH then return TOO_DEEP end
   local kind, why = table_kind(t)
-  if not kind then return path .. " " .. why end
+  if not kind then return refusal(why) end
   ancestors[t] = true
   local failed
   if kind == "array" then
     out[#out + 1] = "["
     for i = 1, #t do
       if i > 1 then out[#out + 1] = "," end
-      failed = write(out, t[i], child_path(path, i), depth + 1, ancestors)
-      if failed then break end
+      failed = write(out, t[i], depth + 1, ancestors)
+      if failed then failed = under(i, failed) break end
     end
     out[#out + 1] = "]"
   else
@@ -93,8 +106,8 @@ local function write_table(out, t, path, depth, ancestors)
     for key, value in next, t do
       out[#out + 1] = (first and "" or ",") .. codec.encode(key) .. ":"
       first = false
-      failed = write(out, value, child_path(path, key), depth + 1, ancestors)
-      if failed then break end
+      failed = write(out, value, depth + 1, ancestors)
+      if failed then failed = under(key, failed) break end
     end
     out[#out + 1] = "}"
   end
@@ -102,22 +115,22 @@ local function write_table(out, t, path, depth, ancestors)
   return failed
 end
 
--- Appends the JSON of `value` to `out`; returns nil, or the refusal.
-function write(out, value, path, depth, ancestors)
+-- Appends the JSON of `value` to `out`; returns nil, TOO_DEEP, or a refusal.
+function write(out, value, depth, ancestors)
   local kind = type(value)
-  if kind == "table" then return write_table(out, value, path, depth, ancestors) end
+  if kind == "table" then return write_table(out, value, depth, ancestors) end
   if kind == "string" then
     out[#out + 1] = codec.encode(value)
   elseif kind == "number" then
     local text, why = number_text(value)
-    if not text then return path .. " " .. why end
+    if not text then return refusal(why) end
     out[#out + 1] = text
   elseif kind == "boolean" then
     out[#out + 1] = tostring(value)
   elseif value == codec.null then
     out[#out + 1] = "null"
   else
-    return path .. " is a " .. kind .. ", which JSON cannot hold"
+    return refusal("is a " .. kind .. ", which JSON cannot hold")
   end
 end
 
@@ -125,13 +138,20 @@ end
 -- place under `path` (e.g. "payload"). `depth`: the levels of JSON around it.
 function M.encode(value, path, depth)
   local out = {}
-  local failed = write(out, value, path, (depth or 0) + 1, {})
+  local failed = write(out, value, (depth or 0) + 1, {})
   if failed == TOO_DEEP then
     return nil, ("%s is nested too deep: lua-cjson reads %d levels of JSON at most"):format(path, M.MAX_DEPTH)
   end
-  if failed then return nil, failed end
+  if failed then
+    for _, key in ipairs(failed.keys) do path = child_path(path, key) end
+    return nil, path .. " " .. failed.why
+  end
   return table.concat(out)
 end
+
+-- The JSON text of a value that holds no number (strings, tables of them):
+-- lua-cjson's own encoder, which only numbers would make unfaithful.
+function M.encode_strings(value) return codec.encode(value) end
 
 -- Integral numbers come back as integers on Lua 5.3 and later.
 local function integers(value)
