@@ -341,10 +341,24 @@ local function measure_idle(side)
   client:flushdb()
 end
 
--- Redis CPU per job, a queue of 3 shards against 1: needs hwt.jobs' sharded
--- queue, built elsewhere. Left here to fill in; no figure until then.
+-- Redis CPU per job, a queue of 3 shards against 1 (and beside it 3
+-- shards on one server, and the floor of spreading a load over three
+-- redis-servers): one round of bench/jobs_shards.lua, which starts servers
+-- of its own.
 local function measure_redis_cpu_shards()
-  log("shards: not measured: hwt.jobs has no sharded queue in this tree")
+  local pipe = assert(io.popen("ROUNDS=1 timeout " .. WAIT_LIMIT * 2 .. " " .. LUA .. " bench/jobs_shards.lua"))
+  local got = {}
+  for line in pipe:lines() do
+    local name, value = line:match("^RESULT (%S+) (%S+)$")
+    if name then got[name] = tonumber(value) end
+  end
+  pipe:close()
+  if not (got.one and got.spread and got.together and got.floor_one and got.floor_spread) then
+    error("bench/jobs_shards.lua gave no figures: see its stderr above", 0)
+  end
+  record("shards_redis_cpu_ratio", "hwt", got.spread / got.one)
+  record("shards_together_ratio", "hwt", got.together / got.one)
+  record("shards_floor_ratio", "hwt", got.floor_spread / got.floor_one)
 end
 
 -- ---- the rounds -----------------------------------------------------------------
@@ -358,6 +372,7 @@ for round = 1, ROUNDS do
       log(side .. ": schedule")
       measure_schedule(side, "batch", N_SCHEDULE_BATCH, "schedule_batch", BATCH)
       measure_schedule(side, "one", N_SCHEDULE_ONE, "schedule_one")
+      if side == "hwt" then measure_schedule(side, "floor", N_SCHEDULE_ONE, "schedule_floor") end
     end
     if part("run") then
       log(side .. ": run")
@@ -409,6 +424,7 @@ end
 local ROWS = {
   { "schedule_batch_per_s", ("schedule: jobs/s, lists of %d (schedule_many / addBulk)"):format(BATCH), { ">=", 3 } },
   { "schedule_one_per_s", "schedule: jobs/s, one call per job (schedule / add)", { ">=", 2 } },
+  { "schedule_floor_per_s", "  floor: a script that does nothing, one call each", nil, "schedule_one_per_s" },
   { "run_w1_per_s", "run: jobs/s, 1 worker, defaults", { ">=", 3 } },
   { "run_w3_per_s", "run: jobs/s, 3 workers, defaults", { ">=", 4 } },
   { "late_p99_ms", ("lateness p99 ms, due %g ms after another process schedules"):format(LATE_DELAY * 1000),
@@ -420,7 +436,9 @@ local ROWS = {
   { "tuned_redis_cpu_us", "  Redis CPU us per job run, 1 worker, tuned" },
   { "run_w1_worker_cpu_us", "  worker CPU us per job run, 1 worker, defaults" },
   { "run_w1_redis_cpu_us", "  Redis CPU us per job run, 1 worker, defaults" },
-  { "shards_redis_cpu_ratio", "Redis CPU per job, 3 shards / 1 shard (hwt)", { "hwt<=", 1.1 } },
+  { "shards_redis_cpu_ratio", "Redis CPU per job, 3 shards on 3 servers / 1 shard", { "hwt<=", 1.1 } },
+  { "shards_together_ratio", "  3 shards on 1 server / 1 shard" },
+  { "shards_floor_ratio", "  floor: a script's load on 3 servers / on 1" },
 }
 
 local function ratio(h, b)
@@ -433,7 +451,7 @@ print()
 print(FORMAT:format("measure (median of " .. ROUNDS .. ")", "hwt.jobs", "BullMQ", "hwt/Bull", "target", ""))
 print(FORMAT:format(("-"):rep(58), ("-"):rep(10), ("-"):rep(10), ("-"):rep(8), ("-"):rep(12), "------"))
 for _, row in ipairs(ROWS) do
-  local h, b = med(row[1], "hwt"), med(row[1], "bullmq")
+  local h, b = med(row[1], "hwt"), med(row[4] or row[1], "bullmq")   -- row[4]: BullMQ's figure it faces
   print(FORMAT:format(row[2], show(h), show(b), ratio(h, b), target_text(row[3]), verdict(row[3], h, b)))
 end
 print()
@@ -449,5 +467,5 @@ print(("schedule: %d jobs in lists / %d one by one, due in 1 h; run: %d jobs due
   .. " scheduled before the workers start"):format(N_SCHEDULE_BATCH, N_SCHEDULE_ONE, N_RUN, N_CPU))
 print(("lateness: %d jobs at %g/s, one worker; idle: %g s counted by MONITOR (not a script's own calls)")
   :format(LATE_COUNT, LATE_RATE, IDLE_SECONDS))
-print("Redis CPU per job, 3 shards / 1 shard: not measured (hwt.jobs has no sharded queue in this tree)")
+print("shards: bench/jobs_shards.lua, one round each (20000 jobs, one worker; its own three redis-servers)")
 print(("%d rounds in %.0f s"):format(ROUNDS, total_seconds))

@@ -6,6 +6,9 @@
 --   at     COUNT jobs due at Unix time ARG, in lists of SETUP_LIST
 --   paced  COUNT jobs, RATE a second, each due DELAY s after it is
 --          scheduled (ARG = "RATE,DELAY")
+--   floor  COUNT round trips of a script that does nothing (EVALSHA of
+--          "return 1") through the same client: what one call per job
+--          costs before any of hwt.jobs' work
 -- Every payload is { n = i, due = the Unix time it is due }, by this
 -- machine's clock, which the workers' records compare with their starts.
 -- Writes the seconds from the first call to the last reply to result.NAME.
@@ -57,13 +60,18 @@ local MODES = {
     local due_at = assert(tonumber(mode_arg), "at: a Unix time expected")
     schedule_lists(SETUP_LIST, function() return due_at end)
   end,
+  floor = function()
+    local client = redis_client.connect(port)
+    local sha = client:script("load", "return 1")
+    for _ = 1, count do client:evalsha(sha, 0) end
+  end,
   paced = function()
     local rate, delay = (mode_arg or ""):match("^([%d.]+),([%d.]+)$")
     schedule_paced(assert(tonumber(rate), "paced: RATE,DELAY expected"), tonumber(delay))
   end,
 }
 
-local run = assert(MODES[mode], "mode: batch, one, at or paced expected")
+local run = assert(MODES[mode], "mode: batch, one, at, paced or floor expected")
 assert(q:counts())              -- connected and the scripts' cache warm, off the clock
 local started = now()
 run()

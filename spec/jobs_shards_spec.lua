@@ -215,7 +215,7 @@ describe("hwt.jobs over shards #redis", function()
   end)
 
   describe("a worker", function()
-    it("runs every shard's jobs once, its concurrency split over the shards", function()
+    it("runs every shard's jobs once, at most `concurrency` of each shard's at once", function()
       local q, timer = sharded_queue({ concurrency = 4 })
       local runs, most = {}, 0
       q:handle("x", function(payload)
@@ -232,7 +232,7 @@ describe("hwt.jobs over shards #redis", function()
         return n == 60 and js.settled(q)
       end)
       for i = 1, 60 do assert.equals(1, runs[i]) end
-      assert.is_true(most <= 4)
+      assert.is_true(most <= 4 * N and most > 4, "at most " .. most .. " running")   -- 4 from each shard
       assert.equals(60, q:stats().ran)
       assert.same({ delayed = 0, running = 0, dead = 0, recurring = 0 }, q:counts())
       q:stop()
@@ -284,8 +284,6 @@ describe("hwt.jobs over shards #redis", function()
       raises({ shards = {} }, "bad option 'shards' to 'redis' (a non-empty array of connect functions expected, got an empty table")
       raises({ shards = { connect, "x" } }, "bad option 'shards' to 'redis' (shards[2]: function expected, got string")
       raises({ shards = { connect, nil, connect } }, "bad option 'shards'")
-      raises({ shards = { connect, connect, connect }, concurrency = 2 },
-             "bad option 'concurrency' to 'redis' (at least one per shard expected (3 shards), got 2")
     end)
   end)
 end)

@@ -16,7 +16,7 @@ local M = {}
 ---@field timer hwt.Timer
 ---Returns a connected Redis client (redis-lua, or lua-resty-redis in OpenResty), or `nil, err`; called on first use and after a failed call (whose client is closed, never used again), never at construction.
 ---@field connect? fun(): any, string?
----In place of `connect`: one connect function per Redis primary (the nodes of a Redis Cluster, in the order `redis-cli --cluster create` named them, or independent servers). A job lives on the shard its id names; `list`, `counts` and `dead` ask every shard; a worker serves every shard, its `concurrency` split between them. The number and order of the shards are part of the queue's data.
+---In place of `connect`: one connect function per Redis primary (the nodes of a Redis Cluster, in the order `redis-cli --cluster create` named them, or independent servers). A job lives on the shard its id names; `list`, `counts` and `dead` ask every shard; a worker serves every shard, claiming up to `concurrency` jobs from each. The number and order of the shards are part of the queue's data.
 ---@field shards? (fun(): any, string?)[]
 ---Hands back each call's client (lua-resty-redis: `function(red) red:set_keepalive(10000, 32) end`); required in OpenResty. Without it the queue keeps one idle client.
 ---@field release? fun(client: any)
@@ -26,7 +26,7 @@ local M = {}
 ---@field lease? number
 ---Seconds between the requests of an idle worker (default 1): the bound on how late a job scheduled by another process starts. > 0.
 ---@field poll_interval? number
----Jobs claimed by this worker at once (default 32); integer >= 1. Over `shards`, split between them as evenly as it goes (at least one each).
+---Jobs claimed by this worker at once (default 32); integer >= 1. Over `shards`, from each shard.
 ---@field concurrency? integer
 ---Retries of a failed job, with `hwt.retry`'s backoff (default `{retries = 3, delay = 1, backoff = 2, max_delay = 60, jitter = 0}`); then the dead-letter set.
 ---@field retry? hwt.jobs.RetryOptions

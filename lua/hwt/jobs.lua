@@ -73,7 +73,7 @@ local function new_sharded_queue(opts, o)
   for i, connect in ipairs(opts.shards) do
     q.shards[i] = new_queue(opts, o, {
       tag = shards.tag(opts.key, i, n), connect = connect, handlers = q.handlers, tally = q.tally,
-      concurrency = shards.concurrency_of(o.concurrency, i, n), id_stride = tostring(n), id_offset = tostring(i - 1),
+      concurrency = o.concurrency, id_stride = tostring(n), id_offset = tostring(i - 1),
     })
   end
   return q

@@ -29,8 +29,7 @@ local KNOWN_OPTIONS = {
 }
 
 -- opts.shards: an array of connect functions, one per Redis primary, in
--- place of opts.connect; no more of them than the worker's concurrency, so
--- that each shard gets a part of it.
+-- place of opts.connect.
 local function check_shards(opts)
   if opts.connect ~= nil then bad_option("connect", "nil expected with opts.shards (a connect per shard)") end
   local shards = opts.shards
@@ -81,9 +80,6 @@ local function check_options(opts)
   end
   local concurrency = positive_number(opts, "concurrency")
   if concurrency % 1 ~= 0 then bad_option("concurrency", "integer expected") end
-  if opts.shards and concurrency < #opts.shards then
-    bad_option("concurrency", ("at least one per shard expected (%d shards), got %d"):format(#opts.shards, concurrency))
-  end
   if opts.retry ~= nil and type(opts.retry) ~= "table" then
     bad_option("retry", "table expected, got " .. type(opts.retry))
   end

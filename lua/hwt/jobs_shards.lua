@@ -103,12 +103,6 @@ function M.first_turn(n)
   return id_hash(tostring({}) .. os.time() .. os.clock()) % n
 end
 
--- The part of a worker's concurrency that shard i of n gets: the whole
--- split as evenly as it goes.
-function M.concurrency_of(concurrency, i, n)
-  return floor(concurrency / n) + (i <= concurrency % n and 1 or 0)
-end
-
 -- Rows `from`+1 to `from`+`count` of the shards' `lists` (each in the order
 -- of `key_of(row)`) merged in that order; ties keep the shards' order.
 function M.merge(lists, key_of, from, count)
