@@ -115,9 +115,10 @@ end
 local function eval(q, script, keys, ...)
   local client, err = acquire(q)
   if not client then return nil, "redis: cannot connect: " .. tostring(err), REFUSED end
-  local args = { #keys, unpack(keys) }
-  for i = 1, select("#", ...) do args[#args + 1] = select(i, ...) end
-  args[#args + 1] = new_tag()
+  local args, n = { #keys, unpack(keys) }, #keys + 1
+  local extra, count = { ... }, select("#", ...)   -- (select(i, ...) in a loop costs O(n) each)
+  for i = 1, count do args[n + i] = extra[i] end
+  args[n + count + 1] = new_tag()
   local result, run_err, kind = run_script(client, script, args)
   if result == nil then
     close_quietly(client)

@@ -16,7 +16,6 @@ local scripts = require("hwt.jobs_scripts")
 local M = {}
 
 local huge = math.huge
-local pack = table.pack or function(...) return { n = select("#", ...), ... } end
 local unpack = table.unpack or unpack
 local eval, micro, MICRO, decode = client.eval, format.micro, format.MICRO, format.decode
 
@@ -58,9 +57,9 @@ end
 
 -- A handler fails when it raises or returns nil/false and an error.
 local function call_handler(handler, payload, job)
-  local results = pack(pcall(handler, payload, job))
-  if not results[1] then return false, results[2] end
-  if not results[2] and results[3] ~= nil then return false, results[3] end
+  local ok, result, err = pcall(handler, payload, job)
+  if not ok then return false, result end
+  if not result and err ~= nil then return false, err end
   return true
 end
 
@@ -310,9 +309,10 @@ end
 local function pump_once(q, sending)
   ensure_listener(q)
   local room = q.stopped and 0 or q.concurrency - q.running
-  local args = { room, micro(q.lease), #sending }
+  local args, n = { room, micro(q.lease), #sending }, 3
   for _, fields in ipairs(sending) do
-    for i = 1, OUTCOME_FIELDS do args[#args + 1] = fields[i] end
+    for i = 1, OUTCOME_FIELDS do args[n + i] = fields[i] end
+    n = n + OUTCOME_FIELDS
   end
   local asked_at = q.timer:now()
   local reply, err = eval(q, scripts.pump, q.keys.pump, unpack(args))
