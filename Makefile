@@ -18,14 +18,14 @@ MODULE_FLAGS := -fPIC -fvisibility=hidden
 # The layers' sources: the engine's (the wheel and the engine: no Lua), then
 # the binding's (src/lhwt*.c).
 BINDING_SRC := $(sort $(wildcard src/lhwt*.c))
-# hwt.redis (src/redis_*.c), the Redis client over libhiredis, is a module of
+# hwt.redis (src/redis/), the Redis client over libhiredis, is a module of
 # its own: no part of hwt.core, and the only one that links a library.
-REDIS_SRC   := $(sort $(wildcard src/redis_*.c))
-REDIS_HDR   := $(wildcard src/redis_*.h) src/compat.h
+REDIS_SRC   := $(sort $(wildcard src/redis/*.c))
+REDIS_HDR   := $(wildcard src/redis/*.h) src/compat.h
 REDIS_LIBS  := -lhiredis
-ENGINE_SRC  := $(filter-out $(BINDING_SRC) $(REDIS_SRC),$(sort $(wildcard src/*.c)))
+ENGINE_SRC  := $(filter-out $(BINDING_SRC),$(sort $(wildcard src/*.c)))
 CORE_SRC    := $(ENGINE_SRC) $(BINDING_SRC)
-CORE_HDR    := $(filter-out src/redis_%.h,$(wildcard src/*.h))
+CORE_HDR    := $(wildcard src/*.h)
 BUILD      := build
 # Per interpreter, so that switching LUA never reuses a stale module.
 OUT        := $(BUILD)/$(LUA)

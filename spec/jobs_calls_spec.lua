@@ -472,6 +472,29 @@ describe("hwt.jobs 0.3 calls #redis", function()
       timer:stop()
     end)
 
+    it("q:run_for in a process with more files open than select() takes: reported once, the worker goes on", function()
+      local q, timer, errors, key = new_queue({ poll_interval = 0.2 })
+      collectgarbage()
+      collectgarbage()                            -- no socket left to close and free a low descriptor
+      local files = {}
+      for i = 1, 1100 do files[i] = assert(io.open("/dev/null")) end   -- the listener's socket lands past 1024
+      local ran = record_runs(q, "x")
+      assert(q:start())
+      q:run_for(0.3)
+      local other = new_queue({ key = key })
+      assert(other:schedule("x", 0.05, "later"))
+      local started = hwt.now()
+      while #ran == 0 and hwt.now() - started < 5 do q:run_for(0.05) end
+      q:run_for(0.3)                              -- more rounds, no more reports
+      for _, f in ipairs(files) do f:close() end
+      assert.is_true(q:stats().started)
+      assert.equals(1, #ran)                      -- heard at a round, every poll_interval
+      assert.equals(1, #errors)
+      assert.matches("cannot wait for the listener %(socket.select: ", errors[1].err)
+      q:stop()
+      timer:stop()
+    end)
+
     it("q:run_for with a client it cannot listen through: reported once, and the worker goes on", function()
       local q, timer, errors = new_queue({ connect = function()
         local client = js.connect_to()          -- wrapped: neither hwt.redis nor redis-lua to a listener

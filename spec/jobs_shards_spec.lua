@@ -20,6 +20,7 @@ local key_number = 0
 -- errors it reported, its key. opts.down[i]: shard i's connect fails.
 local function sharded_queue(opts)
   opts = opts or {}
+  js.collect_dropped_clients()
   key_number = key_number + 1
   local key = opts.key or "spec:shards:" .. key_number
   local timer = opts.timer or hwt.new({ tick = js.TICK })

@@ -29,6 +29,7 @@ local M = {}
 M.LISTENING_POLL_INTERVAL = 2
 
 local SUBSCRIBE_TIMEOUT = 1    -- seconds to wait for SUBSCRIBE's confirmation
+local UNSELECTABLE_WAIT = 0.001 -- seconds between reads for it when select() cannot take the socket
 local READ_SIZE = 4096
 
 -- ---- RESP, the replies a subscribed connection gets ----------------------
@@ -180,7 +181,7 @@ end
 -- <channel> <count>), the first reply; what comes with it is left to the
 -- round that follows, which asks Redis. True, or false and why.
 local function confirmed(listener)
-  local select, gettime = require("socket").select, require("socket").gettime
+  local select, gettime, sleep = require("socket").select, require("socket").gettime, require("socket").sleep
   local give_up = gettime() + SUBSCRIBE_TIMEOUT
   while true do
     local values, err = listener:replies()
@@ -190,7 +191,9 @@ local function confirmed(listener)
     if first ~= nil then return false, "a reply that is not its confirmation: " .. tostring(first) end
     local left = give_up - gettime()
     if left <= 0 then return false, "no confirmation within " .. SUBSCRIBE_TIMEOUT .. " s" end
-    select({ listener.socket }, nil, left)
+    if not pcall(select, { listener.socket }, nil, left) then
+      sleep(math.min(left, UNSELECTABLE_WAIT))   -- a descriptor past select()'s set: wait a little
+    end
   end
 end
 

@@ -283,7 +283,7 @@ local function ensure_listener(q)
   local listener, err
   if hooks and (hooks.watch or hooks.thread) then
     listener, err = listen.open_hosted(q, hooks, on_message)
-  elseif q.run_by_queue then
+  elseif q.run_by_queue and not q.select_failed then
     listener, err = listen.open_socket(q, on_message)
   else
     return
@@ -391,6 +391,20 @@ end
 -- A job scheduled `seconds` ahead by this process: the wake comes no later.
 M.scheduled = heard
 
+-- LuaSocket's select() takes no descriptor past FD_SETSIZE (1024): in a
+-- process with that many files open, q:run_for() cannot wait for a
+-- listener. Its queues then ask Redis every poll_interval, as a worker that
+-- cannot listen does, and say so once.
+local function cannot_select(q, err)
+  if q.listener then q.listener:close() end
+  q.listener, q.select_failed = nil, true
+  if not q.listen_failed then
+    q.listen_failed = true
+    report(q, "hwt.jobs: cannot wait for the listener (socket.select: " .. tostring(err)
+      .. "): asking Redis every poll_interval instead")
+  end
+end
+
 -- Waits up to `seconds` for the listeners of `queues` (the shards of one
 -- queue, sharing its timer; reading what they hear), or for the timer; for
 -- q:run_for().
@@ -404,7 +418,11 @@ function M.wait(queues, seconds)
     end
   end
   if #sockets == 0 then return queues[1].timer:wait(seconds) end
-  local readable = require("socket").select(sockets, nil, seconds)
+  local selected, readable = pcall(require("socket").select, sockets, nil, seconds)
+  if not selected then
+    for _, q in ipairs(queues) do cannot_select(q, readable) end
+    return queues[1].timer:wait(seconds)
+  end
   for _, socket in ipairs(readable or {}) do listener_of[socket]:read() end
 end
 

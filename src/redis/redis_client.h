@@ -1,5 +1,5 @@
 /*
- * redis_client.h — what the files of hwt.redis (src/redis_*.c, module
+ * redis_client.h — what the files of hwt.redis (the C files of src/redis/, module
  * hwt/redis.so) share on the Lua side: building a request from Lua values
  * (redis_request.c) and pushing a reply as Lua values (redis_reply.c). The
  * connection itself has no Lua (redis_conn.h); redis_client.c is the
@@ -12,7 +12,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "compat.h"
+#include "../compat.h"
 
 /* A request in RESP, built in memory the client keeps between calls. */
 typedef struct redis_request {
