@@ -115,7 +115,7 @@ local function parse(path, relative)
 end
 
 parse(library .. "/hwt.lua", "library/hwt.lua")
-for _, module in ipairs({ "ngx", "luv", "cqueues", "jobs" }) do
+for _, module in ipairs({ "ngx", "luv", "cqueues", "jobs", "redis" }) do
   parse(library .. "/hwt/" .. module .. ".lua", "library/hwt/" .. module .. ".lua")
 end
 
@@ -510,6 +510,33 @@ else
   note("hwt.jobs or lua-cjson does not load here: hwt.jobs.Options, hwt.jobs.RetryOptions not tried")
 end
 
+-- hwt.redis (a C module; built where libhiredis is): its functions, and
+-- its client's methods, read from the metatable luaL_newmetatable keeps in
+-- the registry (its __index: a closure over the methods, any other name
+-- being a command).
+local redis_ok, redis_module = pcall(require, "hwt.redis")
+if redis_ok then
+  check(metas["hwt.redis"] and metas["hwt.redis"].class == "hwt.redis",
+        "library/hwt/redis.lua returns the ---@class hwt.redis table")
+  compare_functions(redis_module, "hwt.redis", FUNCTIONS, "hwt.redis")
+  local client_mt = debug.getregistry()["hwt.redis.Client"]
+  local _, methods = debug.getupvalue(client_mt.__index, 1)
+  if check(type(methods) == "table", "hwt.redis.Client's __index has its methods as first upvalue") then
+    compare_functions(methods, "hwt.redis.Client", METHODS, "hwt.redis.Client")
+  end
+  -- An option is known when connect gets past the options to the connection
+  -- (nothing listens on port 1, or at the path).
+  compare_options("hwt.redis.Options", { host = "127.0.0.1", port = 1, path = "/nonexistent/redis.sock",
+                                         timeout = 0.5 }, function(key, value)
+    local opts = { [key] = value }
+    if key ~= "path" and key ~= "port" then opts.port = 1 end
+    local ok, err = pcall(redis_module.connect, opts)
+    return not ok and tostring(err):find("cannot connect", 1, true) ~= nil, err
+  end)
+else
+  note("hwt.redis does not load here (%s): its annotations not compared", tostring(redis_module))
+end
+
 compare_driver("hwt.jobs", "hwt.jobs.Queue", function(M)
   if not cjson_ok then return nil, "lua-cjson does not load" end
   local timer = hwt.new()
@@ -636,6 +663,7 @@ local compared = {
   ["hwt.jobs"] = true, ["hwt.jobs.Options"] = true, ["hwt.jobs.RetryOptions"] = true, ["hwt.jobs.Queue"] = true,
   ["hwt.jobs.Job"] = true, ["hwt.jobs.Stats"] = true, ["hwt.jobs.DeadJob"] = true,
   ["hwt.jobs.JobInfo"] = true, ["hwt.jobs.Counts"] = true, ["hwt.jobs.BatchJob"] = true,
+  ["hwt.redis"] = redis_ok, ["hwt.redis.Client"] = redis_ok, ["hwt.redis.Options"] = redis_ok,
 }
 for _, name in ipairs(sorted_keys(classes)) do
   check(compared[name], "---@class %s is not compared with anything by this test", name)
