@@ -173,10 +173,10 @@ if [ "${HWT_CHECK:-}" = 1 ]; then
     "$LUA" test/stress/soak.lua
   if [ "$LUA" = lua5.4 ]; then
     run_counted "chaos ($LUA, asan+ubsan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-20}" "$OUT/asan/chaos_host"
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 CHAOS_SECONDS="${CHAOS_SECONDS:-15}" "$OUT/asan/chaos_host"
     run_counted "chaos, a collector step at every allocation ($LUA, asan+ubsan)" env CHAOS_ALLOC_STRESS=1 \
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      CHAOS_SEED=1000000 CHAOS_SECONDS="${CHAOS_ALLOC_SECONDS:-20}" "$OUT/asan/chaos_host"
+      CHAOS_SEED=1000000 CHAOS_SECONDS="${CHAOS_ALLOC_SECONDS:-15}" "$OUT/asan/chaos_host"
     run_counted "chaos ($LUA, tsan)" env TSAN_OPTIONS=halt_on_error=1 \
       CHAOS_SECONDS="${CHAOS_TSAN_SECONDS:-20}" "$OUT/tsan/chaos_host"
   fi

@@ -280,7 +280,7 @@ local function phase_one()
     end
   end
   local scheduled_in = socket.gettime() - first
-  redis_server.wait_until(events_due, STALL_AT + SLOW_SECONDS)
+  redis_server.wait_until(events_due, RESEND_WITHIN + STALL_AT + SLOW_SECONDS)   -- a node may take a while to rejoin
   if sleeper then sleeper:close() end
   check(#ids + unknown == JOBS + SLOW_JOBS + #down_batch and unknown <= 2,
         ("all %d jobs scheduled (%d outcomes unknown: the stall)"):format(JOBS + #down_batch, unknown),
