@@ -198,7 +198,8 @@ asan-build: $(OUT)/asan/hwt/core.so $(OUT)/asan/hwt/redis.so $(addprefix $(BUILD
 all-luas:
 	@for lua in $(OTHER_LUAS); do LUA=$$lua sh test/deps.sh || exit 1; \
 	  $(MAKE) --no-print-directory LUA=$$lua all || exit 1; done
-	@$(MAKE) --no-print-directory LUA=luajit $(BUILD)/luajit/asan/hwt/core.so
+	@$(MAKE) --no-print-directory LUA=luajit $(BUILD)/luajit/asan/hwt/core.so \
+	  $(if $(HAVE_HIREDIS),$(BUILD)/luajit/asan/hwt/redis.so)
 
 test-all-luas: deps all-luas all $(addprefix $(BUILD)/,$(C_TESTS)) $(BUILD)/no_int128/test_engine $(BUILD)/no_thread.so asan-build
 	@LUA=$(LUA) HWT_OUT=$(OUT) BUSTED=$(BUSTED) HWT_OTHER_LUAS="$(OTHER_LUAS)" sh test/run.sh

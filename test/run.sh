@@ -24,7 +24,7 @@
 # its builds: $HWT_OUT/hwt/core.so, $HWT_OUT/asan/hwt/core.so, ...
 # HWT_OTHER_LUAS="lua5.1 luajit ..." (make test-all-luas) first runs the plain
 # busted specs and examples on each of those (built in build/<lua>/; on
-# luajit the specs also under ASan+UBSan, build/luajit/asan/), then
+# luajit the specs, and hwt.redis' own, also under ASan+UBSan, build/luajit/asan/), then
 # everything above on $LUA; the last line totals them all.
 LUA=${LUA:-lua5.4}
 OUT=${HWT_OUT:-build/$LUA}
@@ -125,6 +125,7 @@ for LUA in ${HWT_OTHER_LUAS:-}; do
   if [ "$LUA" = luajit ]; then
     SANITIZER_ENV="LD_PRELOAD=$sanitizer_runtime"
     run_busted "build/$LUA/asan/?.so" "busted specs ($LUA, asan+ubsan)"
+    run_busted "build/$LUA/asan/?.so" "hwt.redis spec ($LUA, asan+ubsan)" spec/redis_client_spec.lua
     SANITIZER_ENV=""
   fi
 done
