@@ -126,7 +126,7 @@ function Queue:schedule(name, delay, payload, opts)
   if not json then
     error("bad argument #3 to 'schedule' (JSON-encodable payload expected: " .. why .. ")", 2)
   end
-  local shard = id and shards.route(self, id) or shards.next_shard(self)
+  local shard = shards.for_job(self, id)
   return job_written(shard, eval(shard, scripts.schedule, shard.keys.schedule, json, at and "0" or micro(seconds),
                                   id or "", replace and "1" or "0", at and micro(at) or "", shard.id_stride,
                                   shard.id_offset))
@@ -189,6 +189,13 @@ function Queue:schedule_many(list)
   return ids
 end
 
+-- Runs `script` on the shard that holds the job `id`, with that shard's
+-- keys named `keys` (hwt.jobs_scripts.keys), the id as first argument.
+local function eval_on_job(q, id, script, keys, ...)
+  local shard = shards.route(q, id)
+  return eval(shard, script, shard.keys[keys], id, ...)
+end
+
 -- A job's record from a GET or LIST row (hwt.jobs_scripts' JOB_ROW).
 local function job_of(codec, row)
   local name, payload = decode(codec, row[2])
@@ -206,9 +213,7 @@ end
 -- dead_at=}; nil when no job has that id; or nil, a message and the kind.
 function Queue:get(id)
   check_queue(self, "get")
-  id = id_arg(id, "get")
-  local shard = shards.route(self, id)
-  local result, err, kind = eval(shard, scripts.get, shard.keys.read, id)
+  local result, err, kind = eval_on_job(self, id_arg(id, "get"), scripts.get, "read")
   if result == nil then return nil, err, kind end
   if result[1] ~= 1 then return nil end
   return job_of(self.codec, result[2])
@@ -275,7 +280,7 @@ function Queue:every(name, spec, payload, opts)
   if not json then
     error("bad argument #3 to 'every' (JSON-encodable payload expected: " .. json_why .. ")", 2)
   end
-  local shard = id and shards.route(self, id) or shards.next_shard(self)
+  local shard = shards.for_job(self, id)
   local now_us, err, kind = eval(shard, scripts.now, shard.keys.none)
   if now_us == nil then return nil, err, kind end
   local now = tonumber(now_us) / MICRO
@@ -319,9 +324,7 @@ end
 -- kind, as for schedule().
 function Queue:cancel(id)
   check_queue(self, "cancel")
-  id = id_arg(id, "cancel")
-  local shard = shards.route(self, id)
-  local removed, err, kind = eval(shard, scripts.cancel, shard.keys.cancel, id)
+  local removed, err, kind = eval_on_job(self, id_arg(id, "cancel"), scripts.cancel, "cancel")
   if removed == nil then return nil, err, kind end
   return removed == 1
 end
@@ -363,8 +366,7 @@ function Queue:requeue(id, delay)
   check_queue(self, "requeue")
   id = id_arg(id, "requeue")
   local seconds = delay == nil and 0 or seconds_arg(delay, "requeue", 2)
-  local shard = shards.route(self, id)
-  local moved, err, kind = eval(shard, scripts.requeue, shard.keys.requeue, id, micro(seconds))
+  local moved, err, kind = eval_on_job(self, id, scripts.requeue, "requeue", micro(seconds))
   if moved == nil then return nil, err, kind end
   return moved == 1
 end

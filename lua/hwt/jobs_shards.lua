@@ -97,6 +97,13 @@ function M.next_shard(q)
   return shards[q.turn]
 end
 
+-- The queue a job goes to: the shard of its id, or for a new job (id nil)
+-- the next shard in turn.
+function M.for_job(q, id)
+  if id then return M.route(q, id) end
+  return M.next_shard(q)
+end
+
 -- Where the turns of a process start: so that many processes that each
 -- schedule a few jobs do not all start with the first shard.
 function M.first_turn(n)
