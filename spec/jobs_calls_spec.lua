@@ -2,7 +2,8 @@
 -- 127.0.0.1 for this file: schedule_many (all or nothing, ids, a retry
 -- after "unknown"), opts.at (a due time on the Redis clock), get, list,
 -- counts, reschedule and promote; the wake messages and a plain worker
--- (q:run_for) that listens for them.
+-- (q:run_for) that listens for them; Redis's maxmemory and maxclients
+-- turned low (servers of those tests' own).
 package.path = "test/host/?.lua;" .. package.path
 local hwt = require("hwt")
 local listen = require("hwt.jobs_listen")
@@ -521,6 +522,55 @@ describe("hwt.jobs 0.3 calls #redis", function()
       local q = new_queue({ timer = hwt.new({ clock = "manual" }) })
       assert_raises("the timer has a manual clock", q.run_for, q, 1)
       assert_raises("bad argument #1 to 'run_for' (finite number of seconds >= 0", q.run_for, q, -1)
+    end)
+  end)
+
+  describe("Redis's limits turned low", function()
+    -- A redis-server of the test's own, stopped by PID whatever happens.
+    local function own_server()
+      local own = redis_server.start()
+      finally(function() own:destroy() end)
+      return own, assert(own:connect())
+    end
+
+    it("at maxmemory (noeviction) a batch is refused, nothing written; once there is room it is written", function()
+      local own, admin = own_server()
+      local q, timer = new_queue({ server = own })
+      assert(q:counts())                                         -- connected, scripts loaded
+      admin:config("set", "maxmemory-policy", "noeviction")
+      admin:config("set", "maxmemory", "1")                      -- every write over the limit
+      local list = {}
+      for i = 1, 100 do list[i] = { name = "x", delay = 60, payload = i, id = "m" .. i } end
+      local ids, err, kind = q:schedule_many(list)
+      assert.is_nil(ids)
+      assert.equals("refused", kind)
+      assert.matches("OOM", err)
+      assert.equals(0, tonumber(admin:dbsize()))                 -- nothing half-written
+      admin:config("set", "maxmemory", "0")
+      assert.equals(100, #assert(q:schedule_many(list)))
+      assert.equals(100, q:counts().delayed)
+      admin:quit()
+      timer:stop()
+    end)
+
+    it("at maxclients a worker cannot open its listener: reported once, and it goes on asking Redis", function()
+      local own, admin = own_server()
+      local q, timer, errors = new_queue({ server = own, poll_interval = 0.2 })
+      local ran = record_runs(q, "x")
+      assert(q:schedule("x", 0.3, "polled"))                     -- its client, the second connection
+      admin:config("set", "maxclients", "2")                     -- no third: the listener's
+      assert(q:start())
+      local started = hwt.now()
+      while #ran == 0 and hwt.now() - started < 5 do q:run_for(0.05) end
+      q:run_for(0.5)                                             -- more rounds, no more reports
+      admin:config("set", "maxclients", "10000")
+      assert.equals(1, #ran)
+      assert.equals(1, #errors)
+      assert.matches("cannot listen for jobs other processes schedule %(SUBSCRIBE: .*max number of clients",
+                     errors[1].err)
+      q:stop()
+      admin:quit()
+      timer:stop()
     end)
   end)
 

@@ -100,6 +100,15 @@ local function heard(listener, values)
   end
 end
 
+-- What Redis said last, when it closed the connection (e.g. ": ERR max
+-- number of clients reached"), or "".
+local function last_words(buffer)
+  local values = M.values(buffer)
+  local first = values and values[1]
+  if type(first) == "table" then first = first[1] end
+  return first ~= nil and ": " .. tostring(first) or ""
+end
+
 -- The whole replies that have come on a redis-lua client's LuaSocket
 -- socket (it never blocks); nil and why when the connection is gone.
 local function socket_replies(listener)
@@ -108,7 +117,7 @@ local function socket_replies(listener)
     local data, err, partial = socket:receive(READ_SIZE)
     local chunk = data or partial
     if chunk and chunk ~= "" then listener.buffer = listener.buffer .. chunk end
-    if err == "closed" then return nil, "the connection closed" end
+    if err == "closed" then return nil, "the connection closed" .. last_words(listener.buffer) end
   until not data
   local values, rest = M.values(listener.buffer)
   if not values then return nil, rest end
